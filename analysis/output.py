@@ -1,0 +1,152 @@
+"""A run's output folder: summary.json, one Parquet file per event table, and PNG plots.
+
+Writing is atomic. Everything is built in a hidden sibling folder and renamed into place at the end,
+so a crash at any point leaves either the previous result or nothing under the folder's name, never
+a half-written folder that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.plots import plot_run
+from scenarios.errors import InputError
+from scenarios.results import RunResult
+
+SUMMARY = "summary.json"
+FORMAT_VERSION = 1
+
+# Distributions whose versions can change a result; those not installed are left out.
+_VERSIONED = (
+    "clustertwin", "numpy", "scipy", "pandas", "pyarrow", "simpy", "highspy", "cvxpy", "clarabel",
+    "pydantic", "matplotlib", "torch",
+)  # fmt: skip
+
+
+def write_run(
+    out_dir: Path,
+    *,
+    scenario: dict[str, Any],
+    seed: int,
+    backend: str,
+    result: RunResult,
+    metrics: dict[str, float],
+    plots: bool = True,
+) -> Path:
+    """Write a complete run folder at ``out_dir`` (replacing an earlier run there) and return it.
+
+    ``metrics`` must be flat: name -> number. NaN values are written as JSON null.
+    """
+    bad = {k: v for k, v in metrics.items() if not isinstance(v, int | float | np.number)}
+    if bad:
+        raise ValueError(f"metrics must map names to numbers; not numbers: {bad}")
+    out_dir = Path(out_dir).absolute()
+    ensure_replaceable(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Not tempfile.mkdtemp: its folder is private (0700) and would stay so after the rename.
+    staging = out_dir.with_name(f".{out_dir.name}.writing-{os.getpid()}-{time.time_ns()}")
+    staging.mkdir()
+    try:
+        for name, table in result.tables.items():
+            table.to_parquet(staging / f"{name}.parquet", index=False)
+        summary = {
+            "format": FORMAT_VERSION,
+            "scenario": scenario,
+            "seed": seed,
+            "backend": backend,
+            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "versions": _versions(),
+            "run": result.info,
+            "tables": {name: len(table) for name, table in result.tables.items()},
+            "metrics": metrics,
+        }
+        text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
+        (staging / SUMMARY).write_text(text + "\n", encoding="utf-8")
+        if plots:
+            plot_run(staging)
+        _move_into_place(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def read_run(run_dir: Path) -> tuple[dict[str, Any], RunResult]:
+    """The summary and the event tables of a run folder written by :func:`write_run`."""
+    run_dir = Path(run_dir)
+    try:
+        summary = json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(str(run_dir), f"not a clustertwin run folder (no {SUMMARY})") from None
+    except (OSError, ValueError) as err:
+        raise InputError(str(run_dir / SUMMARY), f"cannot read the run summary: {err}") from None
+    tables = {path.stem: pd.read_parquet(path) for path in sorted(run_dir.glob("*.parquet"))}
+    return summary, RunResult(tables=tables, info=summary.get("run", {}))
+
+
+def ensure_replaceable(out_dir: Path) -> None:
+    """Refuse an output folder that holds something other than an earlier run, since writing a
+    run replaces the whole folder. Call it before a long run to fail before the work."""
+    out_dir = Path(out_dir)
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise InputError(str(out_dir), "the output path exists and is not a folder")
+    if any(out_dir.iterdir()) and not (out_dir / SUMMARY).is_file():
+        raise InputError(
+            str(out_dir),
+            f"the output folder exists and is not a clustertwin run (no {SUMMARY}); it would be"
+            " replaced, so choose another --out",
+        )
+
+
+def _move_into_place(staging: Path, out_dir: Path) -> None:
+    if not out_dir.exists():
+        staging.rename(out_dir)
+        return
+    # Two renames: the old run stays whole under a hidden name until the new one is in place.
+    aside = out_dir.with_name(f".{out_dir.name}.old-{time.time_ns()}")
+    out_dir.rename(aside)
+    try:
+        staging.rename(out_dir)
+    except BaseException:
+        aside.rename(out_dir)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values: numpy scalars become Python numbers and NaN/inf become null."""
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value

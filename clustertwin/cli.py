@@ -1,0 +1,192 @@
+"""The ``clustertwin`` command line.
+
+Bad input of any kind (scenario, override, output folder) ends with ``error: <where>: <what>`` on
+stderr and exit status 2, before anything is written. Each subcommand imports what it needs when it
+runs, so quick commands such as ``validate`` do not pay for pandas, matplotlib or the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from clustertwin.progress import progress_bar
+from scenarios.errors import InputError
+from scenarios.load import load_scenario, scenario_to_dict
+from scenarios.schema import Scenario
+
+EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clustertwin", description="Simulate (or run for real) distributed deep-learning clusters."
+    )
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run a scenario and write its result folder")
+    run.add_argument("scenario", nargs="?", help="scenario YAML file (default: the bundled gavel-default)")
+    run.add_argument(
+        "--backend", choices=("sim", "real"), default="sim", help="simulate, or run on real workers"
+    )
+    run.add_argument("--out", type=Path, help="output folder (default: runs/<name>-seed<seed>)")
+    _add_overrides(run)
+    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    run.add_argument("--quiet", action="store_true", help="no progress bar or table; print only the folder")
+    run.set_defaults(handler=_run)
+
+    validate = commands.add_parser("validate", help="check a scenario file without running it")
+    validate.add_argument("scenario", help="scenario YAML file")
+    _add_overrides(validate)
+    validate.set_defaults(handler=_validate)
+
+    plot = commands.add_parser("plot", help="re-create the plots of a run folder")
+    plot.add_argument("run_dir", type=Path, help="a folder written by `clustertwin run`")
+    plot.set_defaults(handler=_plot)
+
+    reproduce = commands.add_parser("reproduce", help="check our numbers against a paper's claims")
+    reproduce.add_argument("name", help="claim set name")
+    reproduce.add_argument("--quick", action="store_true", help="smaller runs, looser check")
+    reproduce.set_defaults(handler=_reproduce)
+
+    bench = commands.add_parser("bench", help="time a benchmark")
+    bench.add_argument("name", help="benchmark name")
+    bench.set_defaults(handler=_bench)
+    return parser
+
+
+def _add_overrides(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. --set cluster.gpus.v100=8 (value read as YAML; repeatable;"
+        " a relative path is taken from the working directory)",
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from analysis.metrics import gavel_metrics
+    from analysis.output import ensure_replaceable, write_run
+    from scenarios.results import check_tables
+
+    scenario = load_scenario(args.scenario, args.overrides)
+    if args.backend == "real":
+        raise InputError("--backend real", f"the real backend is not yet supported for kind {scenario.kind}")
+    _check_policy(scenario)
+    out = args.out or Path("runs") / f"{scenario.name}-seed{scenario.seed}"
+    ensure_replaceable(out)
+
+    from sim import run_scenario
+
+    started = time.perf_counter()
+    with progress_bar(f"simulating {scenario.name}", quiet=args.quiet) as progress:
+        result = run_scenario(scenario, progress=progress)
+    result.info.setdefault("wall_s", time.perf_counter() - started)
+    check_tables(result)
+    metrics = gavel_metrics(result, scenario.cluster.gpus, scenario.cluster.prices)
+    folder = write_run(
+        out,
+        scenario=scenario_to_dict(scenario),
+        seed=scenario.seed,
+        backend=args.backend,
+        result=result,
+        metrics=metrics,
+        plots=not args.no_plots,
+    )
+    if not args.quiet:
+        Console().print(_headline(metrics, result.info))
+    print(folder)
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, args.overrides)
+    _check_policy(scenario)
+    print("ok")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from analysis.plots import plot_run
+
+    for path in plot_run(args.run_dir):
+        print(path)
+    return 0
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from clustertwin.reproduce import reproduce
+
+    return reproduce(args.name, args.quick)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from clustertwin.bench import bench
+
+    return bench(args.name)
+
+
+def _check_policy(scenario: Scenario) -> None:
+    """Build the policy once so an unknown name or parameter fails before any work starts."""
+    from policies.registry import make_policy
+
+    try:
+        make_policy(scenario.policy.name, **scenario.policy.params)
+    except (KeyError, ValueError) as err:
+        raise InputError(scenario.source, f"field policy: {err.args[0] if err.args else err}") from None
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h"
+
+
+# Metric -> label and formatter for the table printed after a run; absent metrics are skipped.
+_HEADLINE: dict[str, tuple[str, Callable[[float], str]]] = {
+    "avg_jct_s": ("average JCT (window)", _hours),
+    "p90_jct_s": ("p90 JCT (window)", _hours),
+    "jobs_completed": ("jobs completed", lambda v: f"{v:.0f}"),
+    "jobs_window_unfinished": ("window jobs unfinished", lambda v: f"{v:.0f}"),
+    "makespan_s": ("makespan", _hours),
+    "utilisation": ("GPU utilisation", lambda v: f"{v:.1%}"),
+    "cost_usd": ("cost", lambda v: f"${v:,.2f}"),
+    "slo_violations": ("SLO violations", lambda v: f"{v:.0f}"),
+    "num_rounds": ("rounds", lambda v: f"{v:.0f}"),
+}
+
+
+def _headline(metrics: dict[str, float], info: dict[str, float | int | str]) -> Table:
+    table = Table(title="result", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, (label, show) in _HEADLINE.items():
+        if key in metrics:
+            value = metrics[key]
+            table.add_row(label, "-" if math.isnan(value) else show(value))
+    wall = info.get("wall_s")
+    if isinstance(wall, int | float):
+        table.add_row("wall time", f"{wall:.1f} s")
+    return table

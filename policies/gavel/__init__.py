@@ -1,0 +1,14 @@
+"""Gavel (seed 001, ch. 5–6): heterogeneity-aware allocation policies, the round mechanism, placement.
+
+Importing the package registers every policy with ``policies.registry``.
+"""
+
+from policies.gavel import (  # noqa: F401  (imported for their @register side effect)
+    cost,
+    fifo,
+    finish_time_fairness,
+    las,
+    makespan,
+    sjf,
+    water_filling,
+)

@@ -1,0 +1,328 @@
+"""The allocation LP shared by Gavel's policies, built as sparse matrices and solved by HiGHS.
+
+Seed 001 §5.3.1: every policy optimises over the allocation matrix X subject to (5.1) 0 ≤ X ≤ 1,
+(5.2) Σ_j X[m,j] ≤ 1 and (5.3) Σ_m sf_m·X[m,j] ≤ N_j; with space sharing X gains one row per job pair,
+(5.2) sums over every row that contains the job, (5.3) counts a pair once with its shared scale factor,
+and job m's effective throughput τ_m(X) adds its share of each pair's throughput tuple.
+
+Only the entries of X that can be non-zero become LP columns: a job (or pair) on a type where its
+throughput is 0, or whose scale factor exceeds that type's GPU count (it could never be placed), is fixed
+at 0 by leaving it out. The matrices go to HiGHS directly (no modelling layer): at 2,048 jobs a cvxpy
+rebuild costs more than the solve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+from policies.gavel.problem import Allocation, AllocationInput
+from policies.gavel.space_sharing import active_pairs, pair_columns, relative_pair_throughputs
+
+# Phase 2 keeps the phase-1 optimum t* up to this relative slack (see `solve_max_min`).
+OPTIMUM_SLACK = 1e-6
+# Above this many columns interior point (with crossover, so a basis remains for warm starts) beats
+# dual simplex on these LPs from a cold start; below it simplex's lower start-up cost wins (measured:
+# 3,000 columns 33 ms vs 88 ms, 760 columns 12 ms vs 2 ms).
+IPM_MIN_COLUMNS = 1_500
+# HiGHS simplex_strategy values.
+_DUAL, _PRIMAL = 1, 4
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which entries of X are LP columns, and the sparse maps from columns to jobs and types.
+
+    X rows are the n jobs followed by the p pairs; column v is entry ``X[row[v], col[v]]``.
+    """
+
+    n_jobs: int
+    n_pairs: int
+    k: int
+    row: np.ndarray  # (nv,) X row of each column
+    col: np.ndarray  # (nv,) accelerator type of each column
+    time_share: sp.csr_matrix  # (n_jobs, nv): 1 where the column's row contains the job, for (5.2)
+    capacity: sp.csr_matrix  # (k, nv): GPUs the column's row holds on its type, for (5.3)
+    throughput: sp.csr_matrix  # (n_jobs, nv): the job's throughput from the column, so τ = throughput @ x
+    num_workers: np.ndarray  # (k,) N_j
+
+    @property
+    def nv(self) -> int:
+        return int(self.row.shape[0])
+
+    def best_throughput(self) -> np.ndarray:
+        """Each job's largest throughput from any one column: τ_m can never exceed it (Σ X ≤ 1)."""
+        if self.nv == 0:
+            return np.zeros(self.n_jobs)
+        return np.asarray(self.throughput.max(axis=1).todense()).ravel()
+
+    def runnable(self) -> np.ndarray:
+        """Jobs with at least one column; the others can run nowhere and are left out of objectives."""
+        return np.diff(self.time_share.indptr) > 0
+
+
+def build_layout(
+    throughputs: np.ndarray,
+    scale_factors: np.ndarray,
+    num_workers: np.ndarray,
+    counts: np.ndarray | None = None,
+    pair_members: np.ndarray | None = None,
+    pair_throughputs: np.ndarray | None = None,
+) -> Layout:
+    """Columns and constraint maps for jobs (rows of ``throughputs``) and optional job pairs.
+
+    ``counts[m]`` makes row m stand for that many identical jobs (LAS's class aggregation): its
+    columns are each job's share and use ``counts[m]`` times the GPUs. Pair columns come from
+    `space_sharing.pair_columns`.
+    """
+    n, k = throughputs.shape
+    sf = np.asarray(scale_factors, dtype=float)
+    workers = np.asarray(num_workers, dtype=float)
+    counts = np.ones(n) if counts is None else np.asarray(counts, dtype=float)
+    job_row, job_col = np.nonzero((throughputs > 0) & (sf[:, None] <= workers[None, :]))
+    n_single = job_row.shape[0]
+    if pair_members is None or pair_throughputs is None:
+        n_pairs, pairs = 0, pair_columns(np.zeros((0, 2), dtype=np.int64), np.zeros((0, k, 2)), sf, workers)
+    else:
+        n_pairs, pairs = len(pair_members), pair_columns(pair_members, pair_throughputs, sf, workers)
+    nv = n_single + len(pairs)
+    single_vars = np.arange(n_single)
+    pair_vars = np.arange(n_single, nv)
+    # Rows of the job-indexed maps: each single column belongs to its job, each pair column to both.
+    job_of = np.concatenate([job_row, pairs.first, pairs.second])
+    var_of = np.concatenate([single_vars, pair_vars, pair_vars])
+
+    def csr(r: np.ndarray, c: np.ndarray, v: np.ndarray, rows: int) -> sp.csr_matrix:
+        return sp.csr_matrix((v, (r, c)), shape=(rows, nv))
+
+    return Layout(
+        n_jobs=n,
+        n_pairs=n_pairs,
+        k=k,
+        row=np.concatenate([job_row, n + pairs.pair]),
+        col=np.concatenate([job_col, pairs.col]),
+        time_share=csr(job_of, var_of, np.ones(job_of.shape[0]), n),
+        capacity=csr(
+            np.concatenate([job_col, pairs.col]),
+            np.arange(nv),
+            np.concatenate([sf[job_row] * counts[job_row], pairs.sf]),
+            k,
+        ),
+        throughput=csr(
+            job_of,
+            var_of,
+            np.concatenate([throughputs[job_row, job_col], pairs.first_throughput, pairs.second_throughput]),
+            n,
+        ),
+        num_workers=workers,
+    )
+
+
+def layout_for(inp: AllocationInput, throughputs: np.ndarray, pair_throughputs: np.ndarray | None) -> Layout:
+    """The layout of ``inp`` with (possibly substituted) throughputs; pairs only when given."""
+    members = inp.pairs.members if pair_throughputs is not None and inp.pairs is not None else None
+    return build_layout(throughputs, inp.scale_factors, inp.num_workers, None, members, pair_throughputs)
+
+
+class HighsModel:
+    """One HiGHS LP kept alive so later solves can change bounds or costs and warm-start."""
+
+    def __init__(
+        self,
+        matrix: sp.spmatrix,
+        row_lower: np.ndarray,
+        row_upper: np.ndarray,
+        cost: np.ndarray,
+        col_lower: np.ndarray,
+        col_upper: np.ndarray,
+        maximize: bool,
+    ) -> None:
+        a = sp.csc_matrix(matrix)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = a.shape[1], a.shape[0]
+        lp.col_cost_ = np.asarray(cost, dtype=float)
+        lp.col_lower_ = np.asarray(col_lower, dtype=float)
+        lp.col_upper_ = np.asarray(col_upper, dtype=float)
+        lp.row_lower_ = np.asarray(row_lower, dtype=float)
+        lp.row_upper_ = np.asarray(row_upper, dtype=float)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = a.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = a.indices.astype(np.int32)
+        lp.a_matrix_.value_ = a.data.astype(float)
+        lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
+        self._highs = highspy.Highs()
+        self._highs.setOptionValue("output_flag", False)
+        # The layout already drops the columns presolve would remove; skipping it saves ~15%.
+        self._highs.setOptionValue("presolve", "off")
+        self._highs.passModel(lp)
+        self.num_col = a.shape[1]
+
+    def solve(self, warm: str | None = None) -> np.ndarray | None:
+        """Column values at an optimum, or None when the LP is infeasible (or the solve failed).
+
+        A cold solve (``warm=None``) picks interior point or dual simplex by size. A re-solve reuses the
+        previous basis: ``warm="primal"`` after changes that keep it primal feasible (new costs, looser
+        bounds), where primal simplex needs a handful of pivots (dual simplex took 10x longer on the
+        2,048-job LAS efficiency phase); ``warm="dual"`` after changes that keep it dual feasible (any
+        bound change on a feasibility LP with zero costs).
+        """
+        if warm is None and self.num_col >= IPM_MIN_COLUMNS:
+            self._highs.setOptionValue("solver", "ipm")
+        else:
+            self._highs.setOptionValue("solver", "simplex")
+            self._highs.setOptionValue("simplex_strategy", _PRIMAL if warm == "primal" else _DUAL)
+        self._highs.run()
+        if self._highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        return np.asarray(self._highs.getSolution().col_value)
+
+    def objective(self) -> float:
+        return float(self._highs.getInfo().objective_function_value)
+
+    def set_row_bounds(self, rows: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
+        rows = np.asarray(rows, dtype=np.int32)
+        self._highs.changeRowsBounds(len(rows), rows, np.asarray(lower, float), np.asarray(upper, float))
+
+    def set_col_bounds(self, cols: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
+        cols = np.asarray(cols, dtype=np.int32)
+        self._highs.changeColsBounds(len(cols), cols, np.asarray(lower, float), np.asarray(upper, float))
+
+    def set_costs(self, cost: np.ndarray) -> None:
+        cols = np.arange(self.num_col, dtype=np.int32)
+        self._highs.changeColsCost(self.num_col, cols, np.asarray(cost, dtype=float))
+
+
+@dataclass(frozen=True)
+class ExtraRows:
+    """Policy rows over the X columns plus a coefficient on the epigraph column t (when there is one)."""
+
+    matrix: sp.spmatrix  # (r, nv)
+    lower: np.ndarray
+    upper: np.ndarray
+    t_coeff: np.ndarray | None = None  # (r,)
+
+
+def equal_share_throughput(throughputs: np.ndarray, num_workers: np.ndarray) -> np.ndarray:
+    """τ_m(X^eq) with X^eq[m,j] = N_j / Σ N: each job's throughput on a fleet-proportional time split."""
+    workers = np.asarray(num_workers, dtype=float)
+    return throughputs @ (workers / workers.sum())
+
+
+def base_rows(layout: Layout) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """(5.2) and (5.3) as rows over the X columns: time share ≤ 1 per job, GPUs ≤ N_j per type."""
+    matrix = sp.vstack([layout.time_share, layout.capacity], format="csr")
+    lower = np.full(layout.n_jobs + layout.k, -np.inf)
+    upper = np.concatenate([np.ones(layout.n_jobs), layout.num_workers])
+    return matrix, lower, upper
+
+
+def efficiency_costs(layout: Layout, reference: np.ndarray) -> np.ndarray:
+    """Per-column weights of Σ_m τ_m(X)/reference_m, the total normalised throughput (jobs with a zero
+    reference contribute nothing)."""
+    inv = np.divide(1.0, reference, out=np.zeros(layout.n_jobs), where=reference > 0)
+    return np.asarray(layout.throughput.T @ inv).ravel()
+
+
+def solve_max_linear(
+    layout: Layout, objective: np.ndarray, extra: ExtraRows | None = None
+) -> np.ndarray | None:
+    """max objective·x over the base polytope (plus ``extra`` rows); None if infeasible."""
+    matrix, lower, upper = base_rows(layout)
+    if extra is not None:
+        matrix = sp.vstack([matrix, extra.matrix], format="csr")
+        lower = np.concatenate([lower, extra.lower])
+        upper = np.concatenate([upper, extra.upper])
+    model = HighsModel(matrix, lower, upper, objective, np.zeros(layout.nv), np.ones(layout.nv), True)
+    return model.solve()
+
+
+def solve_max_min(
+    layout: Layout,
+    coeff: np.ndarray,
+    reference: np.ndarray,
+    extra: ExtraRows | None = None,
+    counts: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """max_X min_m coeff_m·τ_m(X) over runnable jobs with coeff_m > 0, then the efficiency phase.
+
+    Returns (x, t*).
+
+    Phase 1 is the epigraph LP max t s.t. coeff_m·τ_m(X) − t ≥ 0. Its optimum pins only the
+    bottleneck jobs: the rest may sit anywhere in a face of optima, and a vertex solver can return
+    one that leaves GPUs idle. Phase 2 therefore keeps t ≥ (1 − 1e-6)·t* and maximises the total
+    normalised throughput Σ_m counts_m·τ_m(X)/reference_m. (Gavel instead took whatever point
+    ECOS's interior-point path ended at; water filling (§5.4.3) is the full lexicographic remedy.)
+    Warm-started from phase 1's basis, phase 2 is a few simplex pivots.
+    """
+    idx = np.flatnonzero(layout.runnable() & (coeff > 0))
+    if idx.size == 0:
+        return np.zeros(layout.nv), 0.0
+    epigraph = sp.diags(coeff[idx]) @ layout.throughput[idx]
+    base, lower, upper = base_rows(layout)
+    blocks = [[base, None], [epigraph, sp.csr_matrix(-np.ones((idx.size, 1)))]]
+    lowers, uppers = [lower, np.zeros(idx.size)], [upper, np.full(idx.size, np.inf)]
+    if extra is not None:
+        t_coeff = np.zeros(extra.lower.shape[0]) if extra.t_coeff is None else extra.t_coeff
+        blocks.append([extra.matrix, sp.csr_matrix(t_coeff[:, None])])
+        lowers.append(extra.lower)
+        uppers.append(extra.upper)
+    nv = layout.nv
+    model = HighsModel(
+        sp.bmat(blocks, format="csc"),
+        np.concatenate(lowers),
+        np.concatenate(uppers),
+        np.concatenate([np.zeros(nv), [1.0]]),
+        np.zeros(nv + 1),
+        np.concatenate([np.ones(nv), [np.inf]]),
+        True,
+    )
+    first = model.solve()
+    if first is None:
+        raise RuntimeError("max-min allocation LP failed; the base polytope always contains X = 0")
+    t_star = float(first[nv])
+    ref = reference if counts is None else reference / np.where(counts > 0, counts, 1.0)
+    model.set_col_bounds(np.array([nv]), np.array([(1.0 - OPTIMUM_SLACK) * t_star]), np.array([np.inf]))
+    model.set_costs(np.concatenate([efficiency_costs(layout, ref), [0.0]]))
+    second = model.solve(warm="primal")
+    x = first[:nv] if second is None else second[:nv]
+    return x, t_star
+
+
+def to_allocation(inp: AllocationInput, layout: Layout, x: np.ndarray) -> Allocation:
+    """Scatter LP columns back into X (and pair rows), clipped to [0, 1]."""
+    values = np.clip(x, 0.0, 1.0)
+    fractions = np.zeros((inp.n, inp.k))
+    single = layout.row < layout.n_jobs
+    fractions[layout.row[single], layout.col[single]] = values[single]
+    if inp.pairs is None or layout.n_pairs == 0:
+        return Allocation(inp.job_ids, inp.worker_types, fractions)
+    pair_fractions = np.zeros((layout.n_pairs, inp.k))
+    pair_fractions[layout.row[~single] - layout.n_jobs, layout.col[~single]] = values[~single]
+    return Allocation(
+        inp.job_ids,
+        inp.worker_types,
+        fractions,
+        pair_members=inp.job_ids[inp.pairs.members],
+        pair_fractions=pair_fractions,
+    )
+
+
+def policy_throughputs(
+    inp: AllocationInput, aware: bool, space_sharing: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The throughputs a policy optimises over: T itself, or the heterogeneity-agnostic view.
+
+    Agnostic (Gavel's baseline, notes §2.1): every positive entry of T becomes 1, so the LP sees only
+    time shares; pair tuples become `space_sharing.relative_pair_throughputs`, which keeps
+    colocation's benefit visible without revealing which type is faster. Pair throughputs are None
+    unless the policy space-shares and ``inp`` has candidates.
+    """
+    t = np.asarray(inp.throughputs, dtype=float)
+    pairs = active_pairs(inp, space_sharing)
+    if aware:
+        return t, None if pairs is None else np.asarray(pairs.throughputs, dtype=float)
+    ones = (t > 0).astype(float)
+    return ones, None if pairs is None else relative_pair_throughputs(pairs, t)

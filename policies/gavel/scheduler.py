@@ -1,0 +1,271 @@
+"""Gavel's scheduler as a transport-agnostic state machine (seed 001, §5.3.2 and §5.5).
+
+The executor (the SimPy simulator or the wall-clock runtime) tells it what happened — a job arrived, a
+round ran for so long and made so many steps, a job finished — and asks it what to do: whether to
+recompute the allocation, and which combinations run where in the next round. It never reads a clock:
+``now`` is always passed in.
+
+Bookkeeping follows the artifact: allocation resets are triggered by arrivals and completions and
+rate-limited to one per ``min_reset_interval_s``; at a reset each combination's deficit accumulates
+``X·elapsed − received`` and its received time restarts at half a round on every type, as does a newly
+added job's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.gavel.cluster import ClusterLayout
+from policies.gavel.combos import ComboTable
+from policies.gavel.mechanism import place, priorities, select_round
+from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
+from policies.registry import AllocationPolicy
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the scheduler knows of a job when it arrives."""
+
+    job_id: int
+    job_type: str
+    scale_factor: int
+    total_steps: float
+    arrival_s: float
+    throughputs: np.ndarray  # (k,) steps/s per worker type, consolidated placement; 0 = cannot run
+    weight: float = 1.0
+    slo_deadline_s: float = float("inf")
+    entity: int | None = None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One combination placed for one round."""
+
+    job_ids: tuple[int, ...]  # one job, or two sharing the GPUs
+    worker_type: int
+    gpus: tuple[int, ...]
+    consolidated: bool
+    renewed: bool
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    round_s: float = 360.0
+    min_reset_interval_s: float = 1920.0
+    max_pairs: int = 256  # space sharing: candidate pairs kept per reset, best first
+
+
+# A colocation oracle: the two jobs' throughputs per type when they share a GPU, or None if they can't.
+Colocation = Callable[[JobSpec, JobSpec], np.ndarray | None]
+
+
+@dataclass
+class _JobState:
+    spec: JobSpec
+    steps_done: float = 0.0
+    iso_elapsed: float = 0.0
+    steps_at_reset: float = 0.0
+
+
+class GavelScheduler:
+    def __init__(
+        self,
+        layout: ClusterLayout,
+        policy: AllocationPolicy,
+        rng: np.random.Generator,
+        config: SchedulerConfig | None = None,
+        colocation: Colocation | None = None,
+        prices: np.ndarray | None = None,
+        entity_weights: dict[int, float] | None = None,
+        budget: float | None = None,
+    ) -> None:
+        self.layout = layout
+        self.policy = policy
+        self.rng = rng
+        self.config = config or SchedulerConfig()
+        self.colocation = colocation
+        self.prices = prices
+        self.entity_weights = entity_weights or {}
+        self.budget = budget
+        self.aware = bool(getattr(policy, "aware", True))
+        self.space_sharing = bool(getattr(policy, "space_sharing", False)) and colocation is not None
+        self.jobs: dict[int, _JobState] = {}
+        self.combos = ComboTable(len(layout.worker_types), self.config.round_s)
+        self.allocation: Allocation | None = None
+        self.last_input: AllocationInput | None = None
+        self.last_reset_s: float | None = None
+        self.num_resets = 0
+        self._dirty = False
+
+    # --- events from the executor -------------------------------------------------------------------
+
+    def add_job(self, spec: JobSpec) -> None:
+        if spec.job_id in self.jobs:
+            raise ValueError(f"job {spec.job_id} added twice")
+        if spec.scale_factor > max(self.layout.gpus):
+            raise ValueError(
+                f"job {spec.job_id} needs {spec.scale_factor} GPUs but no worker type has that many"
+            )
+        self.jobs[spec.job_id] = _JobState(spec)
+        self.combos.add((spec.job_id,), spec.scale_factor, np.zeros(self.layout_k))
+        self._dirty = True
+
+    def remove_job(self, job_id: int) -> None:
+        del self.jobs[job_id]
+        self.combos.drop_job(job_id)
+        self._dirty = True
+
+    def record_round(self, ran: list[tuple[Assignment, float, dict[int, float]]], duration_s: float) -> None:
+        """Account a finished round: each assignment ran ``seconds`` and made ``steps[job]`` steps."""
+        for _, _, steps in ran:
+            for job_id, n in steps.items():
+                state = self.jobs.get(job_id)
+                if state is not None:
+                    state.steps_done += n
+        self.combos.record_round(
+            [(a.job_ids, a.worker_type, a.gpus, seconds) for a, seconds, _ in ran], duration_s
+        )
+
+    def record_progress(self, job_id: int, steps: float) -> None:
+        """Progress outside rounds (the ideal mechanism)."""
+        self.jobs[job_id].steps_done += steps
+
+    # --- decisions ----------------------------------------------------------------------------------
+
+    @property
+    def layout_k(self) -> int:
+        return len(self.layout.worker_types)
+
+    def reset_due(self, now: float) -> bool:
+        if not self._dirty or not self.jobs:
+            return False
+        return self.last_reset_s is None or now - self.last_reset_s >= self.config.min_reset_interval_s - 1e-9
+
+    def next_reset_s(self) -> float | None:
+        """When a pending reset becomes allowed (None when nothing is pending)."""
+        if not self._dirty or not self.jobs:
+            return None
+        return 0.0 if self.last_reset_s is None else self.last_reset_s + self.config.min_reset_interval_s
+
+    def reset(self, now: float) -> Allocation:
+        """Recompute the allocation X for the active jobs (§5.3.1) and restart the priority bookkeeping."""
+        inp = self._allocation_input(now)
+        self._accumulate_iso(inp)
+        allocation = self.policy.allocate(inp, self.rng)
+        entries = [((int(m),), int(sf), x) for m, sf, x in zip(inp.job_ids, inp.scale_factors, allocation.fractions, strict=True)]
+        if allocation.pair_fractions is not None and allocation.pair_members is not None:
+            for (a, b), x in zip(allocation.pair_members.tolist(), allocation.pair_fractions, strict=True):
+                if x.sum() > 1e-9:
+                    entries.append(((a, b), self.jobs[a].spec.scale_factor, x))
+        self.combos.reset(entries)
+        self.allocation = allocation
+        self.last_input = inp
+        self.last_reset_s = now
+        self.num_resets += 1
+        self._dirty = False
+        return allocation
+
+    def next_round(self) -> list[Assignment]:
+        """The combinations that run in the next round, and where (Algorithm 2 plus placement)."""
+        ct = self.combos
+        if not len(ct):
+            return []
+        order = list(range(self.layout_k))
+        if not self.aware:
+            self.rng.shuffle(order)
+        chosen = select_round(
+            priorities(ct.allocation, ct.received, ct.elapsed), ct.deficit, ct.allocation, ct.keys,
+            ct.scale_factors, np.asarray(self.layout.gpus), order,
+        )
+        by_type: dict[int, list[int]] = {}
+        for c, j in chosen:
+            by_type.setdefault(j, []).append(c)
+        assignments: list[Assignment] = []
+        for j, picked in by_type.items():
+            requests = [(int(ct.scale_factors[c]), ct.previous_gpus(c, j)) for c in picked]
+            for c, placement in zip(picked, place(self.layout, j, requests), strict=True):
+                assignments.append(
+                    Assignment(ct.keys[c], j, placement.gpus, placement.consolidated, placement.renewed)
+                )
+        return assignments
+
+    def rates(self) -> dict[int, float]:
+        """Each job's effective throughput τ_m(X) under the current allocation (the ideal mechanism)."""
+        if self.allocation is None or self.last_input is None:
+            return {}
+        tau = self.allocation.effective_throughput(self.last_input)
+        return {int(j): float(t) for j, t in zip(self.last_input.job_ids, tau, strict=True) if int(j) in self.jobs}
+
+    def steps_done(self, job_id: int) -> float:
+        return self.jobs[job_id].steps_done
+
+    # --- internals ----------------------------------------------------------------------------------
+
+    def _allocation_input(self, now: float) -> AllocationInput:
+        states = list(self.jobs.values())
+        specs = [s.spec for s in states]
+        entities = None
+        if any(s.entity is not None for s in specs):
+            entities = np.array([-1 if s.entity is None else s.entity for s in specs])
+        inp = AllocationInput(
+            job_ids=np.array([s.job_id for s in specs], dtype=np.int64),
+            worker_types=self.layout.worker_types,
+            num_workers=self.layout.num_workers,
+            throughputs=np.array([s.throughputs for s in specs], dtype=float).reshape(len(specs), self.layout_k),
+            scale_factors=np.array([s.scale_factor for s in specs], dtype=np.int64),
+            weights=np.array([s.weight for s in specs]),
+            remaining_steps=np.array([max(s.spec.total_steps - s.steps_done, 0.0) for s in states]),
+            arrival_times=np.array([s.arrival_s for s in specs]),
+            now=now,
+            iso_elapsed=np.array([s.iso_elapsed for s in states]),
+            slo_deadlines=np.array([s.slo_deadline_s for s in specs]),
+            prices=self.prices,
+            budget=self.budget,
+            entities=entities,
+            entity_weights=self.entity_weights,
+            pairs=self._pair_candidates(specs) if self.space_sharing else None,
+            previous=self.allocation,
+        )
+        return inp
+
+    def _accumulate_iso(self, inp: AllocationInput) -> None:
+        """FTF's t^iso: the time the steps made since the last reset would have taken under a 1/n share."""
+        n = max(inp.n, 1)
+        iso = inp.num_workers[None, :] / (n * inp.scale_factors[:, None])
+        iso /= np.maximum(iso.sum(axis=1, keepdims=True), 1.0)
+        tau_iso = (inp.throughputs * iso).sum(axis=1)
+        for row, state in enumerate(self.jobs.values()):
+            progressed = state.steps_done - state.steps_at_reset
+            if tau_iso[row] > 0:
+                state.iso_elapsed += progressed / tau_iso[row]
+            state.steps_at_reset = state.steps_done
+
+    def _pair_candidates(self, specs: list[JobSpec]) -> PairCandidates | None:
+        """Same-scale-factor pairs whose shared throughput beats time-sharing, best first (§5.3.1)."""
+        assert self.colocation is not None
+        scored: list[tuple[float, int, int, np.ndarray]] = []
+        for a in range(len(specs)):
+            for b in range(a + 1, len(specs)):
+                if specs[a].scale_factor != specs[b].scale_factor:
+                    continue
+                pair = self.colocation(specs[a], specs[b])
+                if pair is None:
+                    continue
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    norm = np.nan_to_num(pair[:, 0] / specs[a].throughputs) + np.nan_to_num(
+                        pair[:, 1] / specs[b].throughputs
+                    )
+                best = float(norm.max())
+                if best > 1.0:
+                    scored.append((best, a, b, pair))
+        if not scored:
+            return None
+        scored.sort(key=lambda item: -item[0])
+        scored = scored[: self.config.max_pairs]
+        return PairCandidates(
+            members=np.array([[a, b] for _, a, b, _ in scored], dtype=np.int64),
+            throughputs=np.array([pair for *_, pair in scored], dtype=float),
+        )

@@ -1,0 +1,178 @@
+"""The scenario schema: what a scenario YAML file may say, with its defaults and consistency rules.
+
+Every model forbids unknown fields, so a misspelt key is an error rather than a silently ignored
+setting, and is strict, so YAML's loose typing (``yes`` for ``true``, ``1`` for ``true``) cannot slip
+through as a number or a flag. Paths are stored absolute: the loader resolves them before validation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+# Throughput tables bundled with traces/; any other value of ``throughputs`` is a path to a JSON table.
+BUNDLED_THROUGHPUTS = ("simulation", "physical")
+
+# Fields holding a file path, with the words that are not paths. The loader makes these absolute
+# (relative to the scenario file, or to the working directory for a --set override).
+PATH_FIELDS: dict[str, tuple[str, ...]] = {"throughputs": BUNDLED_THROUGHPUTS, "workload.trace": ()}
+
+
+# One size for every type, or one per type. The discriminator validates only the branch the value's
+# shape picks, so an error names the real problem instead of one complaint per union alternative.
+ServerSize = Annotated[
+    Annotated[PositiveInt, Tag("one")] | Annotated[dict[str, PositiveInt], Tag("per_type")],
+    Discriminator(lambda value: "per_type" if isinstance(value, dict) else "one"),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Cluster(_Strict):
+    """Accelerators by worker type, packed into servers of equal size per type."""
+
+    gpus: dict[str, NonNegativeInt]
+    gpus_per_server: ServerSize = 4
+    prices: dict[str, NonNegativeFloat] | None = None  # $ per GPU-hour, for cost metrics
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Cluster:
+        if not any(self.gpus.values()):
+            raise ValueError(f"at least one worker type needs GPUs > 0 (got gpus={self.gpus})")
+        if isinstance(self.gpus_per_server, dict):
+            missing = sorted(set(self.gpus) - set(self.gpus_per_server))
+            extra = sorted(set(self.gpus_per_server) - set(self.gpus))
+            if missing or extra:
+                raise ValueError(
+                    f"gpus_per_server must name exactly the worker types of gpus ({', '.join(self.gpus)});"
+                    f" missing: {missing or 'none'}, unknown: {extra or 'none'}"
+                )
+        for worker_type, count in self.gpus.items():
+            per_server = self.server_size(worker_type)
+            if count % per_server:
+                raise ValueError(
+                    f"gpus.{worker_type}={count} is not a multiple of gpus_per_server={per_server}"
+                    " (servers are whole); change either value"
+                )
+        if self.prices is not None and set(self.prices) != set(self.gpus):
+            raise ValueError(
+                f"prices must give one price per worker type of gpus ({', '.join(self.gpus)});"
+                f" got {', '.join(self.prices) or 'none'}"
+            )
+        return self
+
+    def server_size(self, worker_type: str) -> int:
+        """GPUs per server of ``worker_type``."""
+        if isinstance(self.gpus_per_server, int):
+            return self.gpus_per_server
+        return self.gpus_per_server[worker_type]
+
+    def servers(self) -> dict[str, int]:
+        """Number of servers of each worker type."""
+        return {t: n // self.server_size(t) for t, n in self.gpus.items()}
+
+
+class Generate(_Strict):
+    """A synthetic Gavel workload (Philly-like durations, Poisson arrivals)."""
+
+    num_jobs: PositiveInt = 300
+    jobs_per_hour: PositiveFloat | None = 4.0  # None: a static trace, every job arrives at t=0
+    scale_factors: Literal["single", "multiple"] = "single"
+    priorities: bool = False  # 20% of jobs get weight 5
+    slos: bool = False  # jobs get SLO deadlines
+
+
+class Workload(_Strict):
+    """Where jobs come from (a trace file or the generator) and which jobs the metrics measure."""
+
+    trace: str | None = None
+    trace_format: Literal["auto", "10col", "7col"] = "auto"
+    generate: Generate | None = None
+    # Job ids [first, last) whose completion times are measured (steady state); None: all jobs.
+    window: Annotated[tuple[NonNegativeInt, NonNegativeInt], Field(strict=False)] | None = None
+
+    @field_validator("trace")
+    @classmethod
+    def _trace_exists(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"trace file not found: {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Workload:
+        if (self.trace is None) == (self.generate is None):
+            raise ValueError("give exactly one of trace (a file) and generate (a synthetic workload)")
+        if self.window is not None:
+            first, last = self.window
+            if first >= last:
+                raise ValueError(f"window [{first}, {last}) is empty; it needs first < last")
+            if self.generate is not None and last > self.generate.num_jobs:
+                raise ValueError(
+                    f"window ends at job {last} but generate makes only {self.generate.num_jobs} jobs"
+                )
+        return self
+
+
+class Policy(_Strict):
+    """A registered policy and the keyword arguments of its factory (checked when it is built)."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Mechanism(_Strict):
+    """Gavel's round-based mechanism (seed 001, §5.3.2)."""
+
+    round_s: PositiveFloat = 360.0
+    ideal: bool = False  # hand out exact time fractions instead of whole rounds
+    preemption_overhead_s: NonNegativeFloat = 0.0  # charged when a lease is not renewed
+    min_reset_interval_s: NonNegativeFloat = 1920.0  # least time between two allocation recomputes
+
+
+class Scenario(_Strict):
+    """One experiment: a cluster, a workload, a policy and a mechanism, plus the seed."""
+
+    # The name becomes part of the default output folder, so it is kept to file-name characters.
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    kind: Literal["gavel"]
+    seed: NonNegativeInt = 0
+    description: str = ""
+    cluster: Cluster
+    throughputs: str = "simulation"
+    workload: Workload
+    policy: Policy
+    mechanism: Mechanism = Mechanism()
+
+    # The file it was loaded from, set by the loader; not a field, so it never reaches summary.json.
+    _source: str = PrivateAttr(default="<scenario>")
+
+    @property
+    def source(self) -> str:
+        """Where the scenario came from, to prefix errors found after loading (unknown policy, ...)."""
+        return self._source
+
+    @field_validator("throughputs")
+    @classmethod
+    def _table_exists(cls, value: str) -> str:
+        if value not in BUNDLED_THROUGHPUTS and not Path(value).is_file():
+            raise ValueError(
+                f"expected {' or '.join(BUNDLED_THROUGHPUTS)} or a throughput JSON file; not found: {value}"
+            )
+        return value
