@@ -20,7 +20,7 @@ import pandas as pd
 import simpy
 
 from policies.gavel.cluster import ClusterLayout
-from policies.gavel.scheduler import Assignment, GavelScheduler, JobSpec, SchedulerConfig
+from policies.gavel.scheduler import GavelScheduler, JobSpec, RoundPlan, SchedulerConfig
 from policies.registry import AllocationPolicy
 
 Progress = Callable[[float, str], None]
@@ -80,11 +80,15 @@ class GavelSimulation:
         size = max(self.by_id) + 1 if self.by_id else 0
         self.has_run = np.zeros(size, dtype=bool)
         self.remaining = np.zeros(size)
+        self.rate_consolidated = np.zeros((size, len(layout.worker_types)))
+        self.rate_spread = np.zeros((size, len(layout.worker_types)))
         for j in jobs:
             self.remaining[j.spec.job_id] = j.spec.total_steps
+            self.rate_consolidated[j.spec.job_id] = j.spec.throughputs
+            self.rate_spread[j.spec.job_id] = j.unconsolidated
         self.window_left = sum(j.in_window for j in jobs)
         self.window_total = max(self.window_left, 1)
-        self.round_rows: list[tuple] = []
+        self.round_chunks: list[tuple[np.ndarray, ...]] = []
         self.event_rows: list[tuple] = []
         self.num_rounds = 0
         self.num_arrived = 0
@@ -114,68 +118,95 @@ class GavelSimulation:
             if self.mechanism.ideal:
                 yield from self._ideal_step()
                 continue
-            assignments = sched.next_round()
-            if not assignments:
+            plan = sched.next_round()
+            if not len(plan):
                 yield from self._wait_for_reset_or_arrival()
                 continue
-            yield from self._run_round(assignments)
+            yield from self._run_round(plan)
 
     # --- one round ----------------------------------------------------------------------------------
 
-    def _run_round(self, assignments: list[Assignment]):
+    def _run_round(self, plan: RoundPlan):
         start = self.env.now
         length = self.mechanism.round_s
-        remaining = self.remaining
-        plans = []
-        latest = start
-        for a in assignments:
-            overhead = 0.0
-            if not a.renewed and any(self.has_run[m] for m in a.job_ids):
-                overhead = min(self.mechanism.preemption_overhead_s, length)
-            run = length - overhead
-            steps = []
-            finish = []
-            for m, rate in zip(a.job_ids, self._rates(a), strict=True):
-                left = remaining[m]
-                if rate > 0 and rate * run >= left:
-                    steps.append(left)
-                    finish.append(start + overhead + left / rate)
-                else:
-                    steps.append(rate * run)
-                    finish.append(None)
-            end = start + length if None in finish else max(finish)
-            latest = max(latest, end)
-            plans.append((a, overhead, steps, finish, end))
+        combo, jobs, shared = self._slots(plan)
+        types = plan.worker_types[combo]
+        rate = self._slot_rates(plan, combo, jobs, types)
+        ran_before = np.zeros(len(plan), dtype=bool)
+        np.logical_or.at(ran_before, combo, self.has_run[jobs])
+        overhead = np.where(
+            ~plan.renewed & ran_before, min(self.mechanism.preemption_overhead_s, length), 0.0
+        )
+        run = length - overhead[combo]
+        left = self.remaining[jobs]
+        finishes = (rate > 0) & (rate * run >= left)
+        steps = np.where(finishes, left, rate * run)
+        with np.errstate(divide="ignore"):
+            finish_t = np.where(finishes, start + overhead[combo] + left / rate, np.inf)
+        combo_end = np.full(len(plan), -np.inf)
+        np.maximum.at(combo_end, combo, finish_t)
+        combo_end = np.minimum(combo_end, start + length)
+        latest = float(combo_end.max())
         yield self.env.timeout(latest - start)
 
-        ran = []
-        rows = self.round_rows
-        names = self.layout.worker_types
-        for a, overhead, steps, finish, end in plans:
-            pair = len(a.job_ids) == 2
-            for i, m in enumerate(a.job_ids):
-                if not self.has_run[m]:
-                    self.has_run[m] = True
-                    self.first_start[m] = start
-                remaining[m] -= steps[i]
-                other = a.job_ids[1 - i] if pair else -1
-                rows.append((self.num_rounds, start, finish[i] or latest, m, names[a.worker_type], len(a.gpus),
-                             a.consolidated, a.renewed, steps[i], other))
-            ran.append((a, end - start - overhead, dict(zip(a.job_ids, steps, strict=True))))
-        self.scheduler.record_round(ran, latest - start)
+        for m in jobs[~self.has_run[jobs]].tolist():
+            self.first_start[m] = start
+        self.has_run[jobs] = True
+        self.remaining[jobs] -= steps
+        self.remaining[jobs[finishes]] = 0.0
+        self.round_chunks.append(
+            (
+                np.full(len(jobs), self.num_rounds),
+                np.full(len(jobs), start),
+                np.where(finishes, finish_t, latest),
+                jobs,
+                types,
+                np.array([len(g) for g in plan.gpus], dtype=np.int64)[combo],
+                plan.consolidated[combo],
+                plan.renewed[combo],
+                steps,
+                shared,
+            )
+        )
+        self.scheduler.record_round(
+            plan,
+            combo_end - start - overhead,
+            dict(zip(jobs.tolist(), steps.tolist(), strict=True)),
+            latest - start,
+        )
         self.num_rounds += 1
-        done = [(t, m) for a, _, _, finish, _ in plans for m, t in zip(a.job_ids, finish, strict=True) if t is not None]
-        for t, m in sorted(done):
+        for t, m in sorted(zip(finish_t[finishes].tolist(), jobs[finishes].tolist(), strict=True)):
             self._complete(m, t)
-    def _rates(self, a: Assignment) -> list[float]:
-        if len(a.job_ids) == 2:
-            assert self.colocation is not None
-            a_spec, b_spec = (self.by_id[m].spec for m in a.job_ids)
-            pair = self.colocation(a_spec, b_spec)
-            return [0.0, 0.0] if pair is None else [float(pair[a.worker_type, 0]), float(pair[a.worker_type, 1])]
-        job = self.by_id[a.job_ids[0]]
-        table = job.spec.throughputs if a.consolidated else job.unconsolidated
-        return [float(table[a.worker_type])]
+
+    @staticmethod
+    def _slots(plan: RoundPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One slot per job in the plan: its combination, the job, and its partner (-1 when alone)."""
+        if all(len(key) == 1 for key in plan.job_ids):
+            jobs = np.array([key[0] for key in plan.job_ids], dtype=np.int64)
+            return np.arange(len(plan)), jobs, np.full(len(plan), -1, dtype=np.int64)
+        combo, jobs, shared = [], [], []
+        for c, key in enumerate(plan.job_ids):
+            for i, m in enumerate(key):
+                combo.append(c)
+                jobs.append(m)
+                shared.append(key[1 - i] if len(key) == 2 else -1)
+        return np.array(combo), np.array(jobs, dtype=np.int64), np.array(shared, dtype=np.int64)
+
+    def _slot_rates(
+        self, plan: RoundPlan, combo: np.ndarray, jobs: np.ndarray, types: np.ndarray
+    ) -> np.ndarray:
+        """Each slot's throughput on its placement: consolidated or spread, alone or shared."""
+        rate = np.where(
+            plan.consolidated[combo], self.rate_consolidated[jobs, types], self.rate_spread[jobs, types]
+        )
+        for c, key in enumerate(plan.job_ids):
+            if len(key) == 2:
+                assert self.colocation is not None
+                pair = self.colocation(self.by_id[key[0]].spec, self.by_id[key[1]].spec)
+                slots = np.flatnonzero(combo == c)
+                j = int(plan.worker_types[c])
+                rate[slots] = (0.0, 0.0) if pair is None else pair[j]
+        return rate
 
     # --- the ideal mechanism: exact time fractions, no rounds ----------------------------------------
 
@@ -254,30 +285,52 @@ class GavelSimulation:
         specs = [job.spec for job in sorted(self.jobs, key=lambda j: j.spec.job_id)]
         ids = np.array([s.job_id for s in specs], dtype=np.int64)
         total = np.array([s.total_steps for s in specs], dtype=float)
-        jobs = pd.DataFrame({
-            "job_id": ids,
-            "job_type": [s.job_type for s in specs],
-            "scale_factor": np.array([s.scale_factor for s in specs], dtype=np.int64),
-            "weight": np.array([s.weight for s in specs], dtype=float),
-            "arrival_s": np.array([s.arrival_s for s in specs], dtype=float),
-            "first_start_s": np.array([self.first_start.get(int(m), np.nan) for m in ids]),
-            "completion_s": np.array([self.completion.get(int(m), np.nan) for m in ids]),
-            "total_steps": total,
-            "steps_done": total - self.remaining[ids] if len(ids) else total,
-            "slo_deadline_s": np.array([s.slo_deadline_s for s in specs], dtype=float),
-            "in_window": np.array([self.by_id[int(m)].in_window for m in ids], dtype=bool),
-        })
-        columns = list(zip(*self.round_rows, strict=True)) if self.round_rows else [()] * 10
-        rounds = pd.DataFrame({
-            name: np.array(values, dtype=dtype)
-            for (name, dtype), values in zip(_ROUND_COLUMNS, columns, strict=True)
-        })
+        jobs = pd.DataFrame(
+            {
+                "job_id": ids,
+                "job_type": [s.job_type for s in specs],
+                "scale_factor": np.array([s.scale_factor for s in specs], dtype=np.int64),
+                "weight": np.array([s.weight for s in specs], dtype=float),
+                "arrival_s": np.array([s.arrival_s for s in specs], dtype=float),
+                "first_start_s": np.array([self.first_start.get(int(m), np.nan) for m in ids]),
+                "completion_s": np.array([self.completion.get(int(m), np.nan) for m in ids]),
+                "total_steps": total,
+                "steps_done": total - self.remaining[ids] if len(ids) else total,
+                "slo_deadline_s": np.array([s.slo_deadline_s for s in specs], dtype=float),
+                "in_window": np.array([self.by_id[int(m)].in_window for m in ids], dtype=bool),
+            }
+        )
+        columns = (
+            [
+                np.concatenate(parts) if self.round_chunks else np.zeros(0)
+                for parts in zip(*self.round_chunks, strict=True)
+            ]
+            if self.round_chunks
+            else [np.zeros(0)] * len(_ROUND_COLUMNS)
+        )
+        rounds = pd.DataFrame(
+            {
+                name: values.astype(dtype)
+                for (name, dtype), values in zip(_ROUND_COLUMNS, columns, strict=True)
+            }
+        )
+        rounds["worker_type"] = np.array(self.layout.worker_types, dtype=object)[
+            rounds["worker_type"].to_numpy()
+        ]
         events = pd.DataFrame(self.event_rows, columns=["time_s", "kind", "job_id", "detail"])
         events = events.astype({"time_s": "float64", "kind": str, "job_id": "int64", "detail": str})
         return {"jobs": jobs, "rounds": rounds, "events": events}
 
 
 _ROUND_COLUMNS = (
-    ("round", np.int64), ("start_s", float), ("end_s", float), ("job_id", np.int64), ("worker_type", object),
-    ("num_gpus", np.int64), ("consolidated", bool), ("renewed", bool), ("steps", float), ("shared_with", np.int64),
+    ("round", np.int64),
+    ("start_s", float),
+    ("end_s", float),
+    ("job_id", np.int64),
+    ("worker_type", np.int64),
+    ("num_gpus", np.int64),
+    ("consolidated", bool),
+    ("renewed", bool),
+    ("steps", float),
+    ("shared_with", np.int64),
 )

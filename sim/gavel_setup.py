@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +95,7 @@ def sim_jobs(
 
 
 def colocation_oracle(table: ThroughputTable, layout: ClusterLayout):
-    @lru_cache(maxsize=None)
+    @cache
     def pair(a: tuple[str, int], b: tuple[str, int]) -> np.ndarray | None:
         rows = [table.colocated(a, b, t) for t in layout.worker_types]
         if all(r is None for r in rows):

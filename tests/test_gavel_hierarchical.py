@@ -108,7 +108,9 @@ def _pareto_gap(allocation: Allocation, inp: AllocationInput) -> float:
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("policy", [HierarchicalPolicy(), HierarchicalPolicy(inner="fifo"), LasWaterFillingPolicy()])
+@pytest.mark.parametrize(
+    "policy", [HierarchicalPolicy(), HierarchicalPolicy(inner="fifo"), LasWaterFillingPolicy()]
+)
 def test_random_instances_are_feasible_and_pareto_efficient(seed: int, policy: object) -> None:
     inp = _random_input(seed)
     allocation = policy.allocate(inp, RNG)  # type: ignore[attr-defined]

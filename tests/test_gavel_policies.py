@@ -417,6 +417,11 @@ def test_min_cost_puts_each_job_on_its_cheapest_type_per_step() -> None:
     np.testing.assert_allclose(throughput.fractions, [[1, 0, 0], [0, 1, 0]], atol=1e-9)
 
 
+def test_cost_policies_reject_non_positive_prices() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        MinCost().allocate(replace(CLOUD, prices=np.array([2.48, 0.0, 0.45])), RNG)
+
+
 def test_min_cost_slo_meets_the_deadline_and_falls_back_when_it_cannot() -> None:
     alloc = MinCostSLO().allocate(CLOUD, RNG)
     assert alloc.effective_throughput(CLOUD)[1] >= 1.5 - 1e-6  # A3C needs 1.5 steps/s: not K80 alone

@@ -4,9 +4,12 @@ Importing the package registers every policy with ``policies.registry``.
 """
 
 from policies.gavel import (  # noqa: F401  (imported for their @register side effect)
+    allox,
     cost,
     fifo,
     finish_time_fairness,
+    gandiva,
+    isolated,
     las,
     makespan,
     sjf,

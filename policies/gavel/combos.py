@@ -27,6 +27,7 @@ class ComboTable:
         self.elapsed = np.zeros(0)
         self.deficit = np.zeros((0, k))
         self.last_type = np.zeros(0, dtype=np.int64)
+        self.last_consolidated = np.zeros(0, dtype=bool)
         self.last_gpus: list[tuple[int, ...]] = []
 
     def __len__(self) -> int:
@@ -43,6 +44,7 @@ class ComboTable:
         self.elapsed = np.append(self.elapsed, self.half_round)
         self.deficit = np.vstack([self.deficit, np.zeros((1, self.k))])
         self.last_type = np.append(self.last_type, -1)
+        self.last_consolidated = np.append(self.last_consolidated, False)
 
     def drop_job(self, job_id: int) -> None:
         """Remove every combination the job belongs to."""
@@ -54,7 +56,10 @@ class ComboTable:
     def reset(self, entries: Sequence[tuple[Key, int, np.ndarray]]) -> None:
         """Install a new allocation. Deficits carry over: each adds ``X·elapsed − received`` of its period."""
         carried = self.deficit + self.allocation * self.elapsed[:, None] - self.received
-        old = {key: (carried[row], self.last_type[row], self.last_gpus[row]) for key, row in self.index.items()}
+        old = {
+            key: (carried[row], self.last_type[row], self.last_gpus[row], self.last_consolidated[row])
+            for key, row in self.index.items()
+        }
         n = len(entries)
         self.keys = [key for key, _, _ in entries]
         self.index = {key: row for row, key in enumerate(self.keys)}
@@ -64,26 +69,34 @@ class ComboTable:
         self.elapsed = np.full(n, self.half_round)
         self.deficit = np.zeros((n, self.k))
         self.last_type = np.full(n, -1, dtype=np.int64)
+        self.last_consolidated = np.zeros(n, dtype=bool)
         self.last_gpus = [()] * n
         for row, key in enumerate(self.keys):
             if key in old:
-                self.deficit[row], self.last_type[row], self.last_gpus[row] = old[key]
+                (self.deficit[row], self.last_type[row], self.last_gpus[row], self.last_consolidated[row]) = (
+                    old[key]
+                )
 
-    def record_round(self, ran: Sequence[tuple[Key, int, tuple[int, ...], float]], duration_s: float) -> None:
-        """``(key, type, gpus, seconds)`` ran this round; every combination's clock moved ``duration_s``."""
+    def record_round(
+        self,
+        rows: np.ndarray,
+        types: np.ndarray,
+        gpus: Sequence[tuple[int, ...]],
+        consolidated: np.ndarray,
+        seconds: np.ndarray,
+        duration_s: float,
+    ) -> None:
+        """Combinations ``rows`` ran ``seconds`` on ``types``; every combination's clock moved ``duration_s``.
+
+        Call before removing the jobs that finished in the round, so ``rows`` still index this table.
+        """
+        self.received[rows, types] += seconds
         self.last_type[:] = -1
-        for key, j, gpus, seconds in ran:
-            row = self.index.get(key)
-            if row is None:  # finished during the round and already dropped
-                continue
-            self.received[row, j] += seconds
-            self.last_type[row] = j
-            self.last_gpus[row] = gpus
+        self.last_type[rows] = types
+        self.last_consolidated[rows] = consolidated
+        for row, held in zip(rows.tolist(), gpus, strict=True):
+            self.last_gpus[row] = held
         self.elapsed += duration_s
-
-    def previous_gpus(self, row: int, j: int) -> tuple[int, ...] | None:
-        """The GPUs this combination held last round, if it ran on type j."""
-        return self.last_gpus[row] if self.last_type[row] == j else None
 
     def _select(self, keep: np.ndarray) -> None:
         rows = np.flatnonzero(keep)
@@ -96,3 +109,4 @@ class ComboTable:
         self.elapsed = self.elapsed[keep]
         self.deficit = self.deficit[keep]
         self.last_type = self.last_type[keep]
+        self.last_consolidated = self.last_consolidated[keep]

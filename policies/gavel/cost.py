@@ -43,6 +43,8 @@ def _throughput_per_column(layout: lp.Layout) -> np.ndarray:
 
 
 def _steps_per_dollar(inp: AllocationInput, layout: lp.Layout) -> np.ndarray:
+    if np.any(np.asarray(inp.prices) <= 0):
+        raise ValueError(f"cost policies need positive $/hour prices, got {inp.prices}")
     return _throughput_per_column(layout) / column_costs(inp, layout)
 
 
@@ -119,9 +121,8 @@ class MakespanBudget:
 
     def allocate(self, inp: AllocationInput, rng: np.random.Generator) -> Allocation:
         inp.require("prices", "remaining_steps", "budget")
-        t, pair_t = lp.policy_throughputs(inp, True, self.space_sharing)
-        layout = lp.layout_for(inp, t, pair_t)
-        x, makespan = solve_makespan(inp, layout, t, float(inp.budget))
+        layout = _layout(inp, self.space_sharing)
+        x, makespan = solve_makespan(inp, layout, np.asarray(inp.throughputs, dtype=float), float(inp.budget))
         if not np.isfinite(makespan):
             x = _solve_or_zero(layout, _steps_per_dollar(inp, layout))
         return lp.to_allocation(inp, layout, x)

@@ -115,10 +115,11 @@ def pack_waiting(
             if p is None or sf[s] != sf[q]:
                 continue
             j = assignment[s]
-            a, b = pairs.members[p]
-            alone = np.array([t[a, j], t[b, j]])
             packed = pairs.throughputs[p, j]
-            gain = float(np.sum(np.divide(packed, alone, out=np.zeros(2), where=(alone > 0) & (packed > 0))))
+            if np.any(packed <= 0):  # the pair does not fit on that type
+                continue
+            alone = t[pairs.members[p], j]
+            gain = float(np.sum(np.divide(packed, alone, out=np.zeros(2), where=alone > 0)))
             if gain > best:
                 best, partner = gain, (s, p)
         if partner is None:

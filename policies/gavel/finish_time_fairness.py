@@ -49,6 +49,7 @@ def finish_time_ratios(
 
 
 def ftf_allocation(inp: AllocationInput, aware: bool = True, space_sharing: bool = False) -> Allocation:
+    """The allocation minimising max_m ρ_m(X), by bisection on ρ; see the module docstring."""
     inp.require("remaining_steps")
     t, pair_t = lp.policy_throughputs(inp, aware, space_sharing)
     layout = lp.layout_for(inp, t, pair_t)
@@ -89,13 +90,13 @@ def ftf_allocation(inp: AllocationInput, aware: bool = True, space_sharing: bool
         return model.solve(warm="dual")
 
     # Lower end: every job alone at its best throughput. Upper end: X^iso restricted to the LP's
-    # columns, which is feasible (a job never holds more than 1/n of any type).
+    # columns, feasible because X^iso meets (5.2)–(5.3) and dropping columns only frees capacity.
     lo = float(np.max(finish_time_ratios(layout.best_throughput()[jobs], steps, elapsed, duration)))
     single = layout.row < layout.n_jobs
-    x_best = np.zeros(layout.nv)
-    x_best[single] = x_iso[layout.row[single], layout.col[single]]
-    hi = float(np.max(ratios(x_best)))
-    x_hi = x_best  # an allocation whose worst ratio is at most hi
+    x_isolated = np.zeros(layout.nv)
+    x_isolated[single] = x_iso[layout.row[single], layout.col[single]]
+    hi = float(np.max(ratios(x_isolated)))
+    x_hi = x_isolated  # an allocation whose worst ratio is at most hi
     while hi - lo > RELATIVE_GAP * hi:
         mid = 0.5 * (lo + hi)
         x = feasible(mid)

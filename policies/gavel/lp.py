@@ -179,9 +179,6 @@ class HighsModel:
             return None
         return np.asarray(self._highs.getSolution().col_value)
 
-    def objective(self) -> float:
-        return float(self._highs.getInfo().objective_function_value)
-
     def set_row_bounds(self, rows: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
         rows = np.asarray(rows, dtype=np.int32)
         self._highs.changeRowsBounds(len(rows), rows, np.asarray(lower, float), np.asarray(upper, float))
@@ -283,7 +280,7 @@ def solve_max_min(
     if first is None:
         raise RuntimeError("max-min allocation LP failed; the base polytope always contains X = 0")
     t_star = float(first[nv])
-    ref = reference if counts is None else reference / np.where(counts > 0, counts, 1.0)
+    ref = reference if counts is None else reference / counts
     model.set_col_bounds(np.array([nv]), np.array([(1.0 - OPTIMUM_SLACK) * t_star]), np.array([np.inf]))
     model.set_costs(np.concatenate([efficiency_costs(layout, ref), [0.0]]))
     second = model.solve(warm="primal")

@@ -17,7 +17,6 @@ mechanism needs (§5.5: "a job that doesn't run gains priority").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,13 +43,14 @@ def select_round(
     scale_factors: np.ndarray,
     capacity: np.ndarray,
     type_order: Sequence[int],
-) -> list[tuple[int, int]]:
-    """Greedy selection of (combination, type) pairs for one round.
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy selection for one round: the chosen combinations and the type each runs on.
 
-    ``members[c]`` lists the job rows of combination c. Types are visited in ``type_order``; within a type
+    ``members[c]`` lists the jobs of combination c. Types are visited in ``type_order``; within a type
     combinations go in decreasing (priority, deficit, allocation). A job runs in at most one combination.
     """
-    chosen: list[tuple[int, int]] = []
+    rows: list[int] = []
+    types: list[int] = []
     busy: set[int] = set()
     for j in type_order:
         free = int(capacity[j])
@@ -60,79 +60,71 @@ def select_round(
         candidates = np.flatnonzero(column > 0)
         if candidates.size == 0:
             continue
-        order = candidates[np.lexsort((-allocation[candidates, j], -deficit[candidates, j], -column[candidates]))]
-        for c in order.tolist():
-            need = int(scale_factors[c])
+        order = candidates[
+            np.lexsort((-allocation[candidates, j], -deficit[candidates, j], -column[candidates]))
+        ]
+        needs = scale_factors[order].tolist()
+        for c, need in zip(order.tolist(), needs, strict=True):
             if need > free:
                 continue
             jobs = members[c]
-            if any(m in busy for m in jobs):
-                continue
-            busy.update(jobs)
-            chosen.append((c, j))
+            if len(jobs) == 1:
+                if jobs[0] in busy:
+                    continue
+                busy.add(jobs[0])
+            else:
+                if not busy.isdisjoint(jobs):
+                    continue
+                busy.update(jobs)
+            rows.append(c)
+            types.append(j)
             free -= need
             if free == 0:
                 break
-    return chosen
+    return np.array(rows, dtype=np.int64), np.array(types, dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class Placement:
-    gpus: tuple[int, ...]
-    consolidated: bool  # on the fewest servers its scale factor allows
-    renewed: bool  # the same GPUs as last round: the lease is extended, no checkpoint
-
-
-def place(
+def place_round(
     layout: ClusterLayout,
-    j: int,
-    requests: Sequence[tuple[int, tuple[int, ...] | None]],
-) -> list[Placement]:
-    """Place ``(scale_factor, previous_gpus)`` requests on type ``j``; returns placements in order.
+    types: np.ndarray,
+    scale_factors: np.ndarray,
+    last_type: np.ndarray,
+    last_gpus: Sequence[tuple[int, ...]],
+    last_consolidated: np.ndarray,
+) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+    """GPUs for each chosen combination: ``(gpus, consolidated, renewed)``, aligned with the inputs.
 
-    Requests whose previous GPUs are all still free keep them; the rest are placed largest first, each on
-    the server(s) that leave the least fragmentation: the fullest server that still fits it, otherwise the
-    emptiest servers first.
+    A combination that ran on the same type last round keeps its GPUs (its lease is renewed): last round's
+    placements were disjoint, so these never collide. The rest are placed largest first, each on the
+    fullest server that still fits it, otherwise across the emptiest servers.
     """
-    k = layout.gpus_per_server[j]
-    total = layout.gpus[j]
-    num_servers = -(-total // k)
-    free_count = [min(k, total - s * k) for s in range(num_servers)]
-    taken: set[int] = set()
-    result: list[Placement | None] = [None] * len(requests)
-
-    for index, (sf, previous) in enumerate(requests):
-        if previous and len(previous) == sf and taken.isdisjoint(previous):
-            taken.update(previous)
-            servers = {g // k for g in previous}
-            for g in previous:
-                free_count[g // k] -= 1
-            result[index] = Placement(tuple(previous), len(servers) == layout.servers_needed(j, sf), True)
-
-    rest = sorted((i for i in range(len(requests)) if result[i] is None), key=lambda i: -requests[i][0])
-    for index in rest:
-        sf = requests[index][0]
-        if sf <= k:
-            fitting = [s for s in range(num_servers) if free_count[s] >= sf]
-            servers = [min(fitting, key=lambda s: free_count[s])] if fitting else []
-        else:
-            servers = []
-        if not servers:
-            servers = sorted(range(num_servers), key=lambda s: -free_count[s])
-        gpus: list[int] = []
-        for s in servers:
-            for g in range(s * k, s * k + k):
-                if len(gpus) == sf:
+    renewed = last_type == types
+    gpus: list[tuple[int, ...]] = [last_gpus[i] if renewed[i] else () for i in range(len(types))]
+    consolidated = np.where(renewed, last_consolidated, False)
+    for j in np.unique(types[~renewed]).tolist():
+        k = layout.gpus_per_server[j]
+        taken = {g for i in np.flatnonzero(renewed & (types == j)).tolist() for g in gpus[i]}
+        free = [
+            [g for g in range(s, min(s + k, layout.gpus[j])) if g not in taken]
+            for s in range(0, layout.gpus[j], k)
+        ]
+        pending = np.flatnonzero(~renewed & (types == j))
+        for i in pending[np.argsort(-scale_factors[pending], kind="stable")].tolist():
+            sf = int(scale_factors[i])
+            fitting = [s for s in range(len(free)) if len(free[s]) >= sf] if sf <= k else []
+            if fitting:
+                servers = [min(fitting, key=lambda s: len(free[s]))]
+            else:
+                servers = sorted(range(len(free)), key=lambda s: -len(free[s]))
+            chosen: list[int] = []
+            for s in servers:
+                take = min(sf - len(chosen), len(free[s]))
+                chosen.extend(free[s][:take])
+                del free[s][:take]
+                if len(chosen) == sf:
                     break
-                if g < total and g not in taken:
-                    gpus.append(g)
-            if len(gpus) == sf:
-                break
-        if len(gpus) < sf:
-            raise ValueError(f"placement on type {layout.worker_types[j]} asked for more GPUs than are free")
-        taken.update(gpus)
-        for g in gpus:
-            free_count[g // k] -= 1
-        used = {g // k for g in gpus}
-        result[index] = Placement(tuple(gpus), len(used) == layout.servers_needed(j, sf), False)
-    return [p for p in result if p is not None]
+            if len(chosen) < sf:
+                raise ValueError(f"placement on {layout.worker_types[j]} asked for more GPUs than are free")
+            gpus[i] = tuple(chosen)
+            consolidated[i] = len({g // k for g in chosen}) == layout.servers_needed(j, sf)
+    return gpus, consolidated, renewed

@@ -20,7 +20,7 @@ import numpy as np
 
 from policies.gavel.cluster import ClusterLayout
 from policies.gavel.combos import ComboTable
-from policies.gavel.mechanism import place, priorities, select_round
+from policies.gavel.mechanism import place_round, priorities, select_round
 from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
 from policies.registry import AllocationPolicy
 
@@ -49,6 +49,29 @@ class Assignment:
     gpus: tuple[int, ...]
     consolidated: bool
     renewed: bool
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """The next round's assignments as aligned arrays (one entry per combination that runs)."""
+
+    rows: np.ndarray  # (a,) the combinations' rows in the scheduler's table, for `record_round`
+    job_ids: list[tuple[int, ...]]
+    worker_types: np.ndarray  # (a,) type index
+    gpus: list[tuple[int, ...]]
+    consolidated: np.ndarray  # (a,) bool
+    renewed: np.ndarray  # (a,) bool: lease extended, no checkpoint
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def assignments(self) -> list[Assignment]:
+        return [
+            Assignment(jobs, int(j), gpus, bool(c), bool(r))
+            for jobs, j, gpus, c, r in zip(
+                self.job_ids, self.worker_types, self.gpus, self.consolidated, self.renewed, strict=True
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -118,15 +141,22 @@ class GavelScheduler:
         self.combos.drop_job(job_id)
         self._dirty = True
 
-    def record_round(self, ran: list[tuple[Assignment, float, dict[int, float]]], duration_s: float) -> None:
-        """Account a finished round: each assignment ran ``seconds`` and made ``steps[job]`` steps."""
-        for _, _, steps in ran:
-            for job_id, n in steps.items():
-                state = self.jobs.get(job_id)
-                if state is not None:
-                    state.steps_done += n
+    def record_round(
+        self, plan: RoundPlan, seconds: np.ndarray, steps: dict[int, float], duration_s: float
+    ) -> None:
+        """Account a finished round: entry i of the plan ran ``seconds[i]``; ``steps[job]`` steps were made.
+
+        Call before removing the jobs that finished in the round.
+        """
+        for job_id, n in steps.items():
+            self.jobs[job_id].steps_done += n
         self.combos.record_round(
-            [(a.job_ids, a.worker_type, a.gpus, seconds) for a, seconds, _ in ran], duration_s
+            plan.rows,
+            plan.worker_types,
+            plan.gpus,
+            plan.consolidated,
+            np.asarray(seconds, dtype=float),
+            duration_s,
         )
 
     def record_progress(self, job_id: int, steps: float) -> None:
@@ -155,7 +185,10 @@ class GavelScheduler:
         inp = self._allocation_input(now)
         self._accumulate_iso(inp)
         allocation = self.policy.allocate(inp, self.rng)
-        entries = [((int(m),), int(sf), x) for m, sf, x in zip(inp.job_ids, inp.scale_factors, allocation.fractions, strict=True)]
+        entries = [
+            ((int(m),), int(sf), x)
+            for m, sf, x in zip(inp.job_ids, inp.scale_factors, allocation.fractions, strict=True)
+        ]
         if allocation.pair_fractions is not None and allocation.pair_members is not None:
             for (a, b), x in zip(allocation.pair_members.tolist(), allocation.pair_fractions, strict=True):
                 if x.sum() > 1e-9:
@@ -168,36 +201,39 @@ class GavelScheduler:
         self._dirty = False
         return allocation
 
-    def next_round(self) -> list[Assignment]:
+    def next_round(self) -> RoundPlan:
         """The combinations that run in the next round, and where (Algorithm 2 plus placement)."""
         ct = self.combos
-        if not len(ct):
-            return []
         order = list(range(self.layout_k))
         if not self.aware:
             self.rng.shuffle(order)
-        chosen = select_round(
-            priorities(ct.allocation, ct.received, ct.elapsed), ct.deficit, ct.allocation, ct.keys,
-            ct.scale_factors, np.asarray(self.layout.gpus), order,
+        rows, types = select_round(
+            priorities(ct.allocation, ct.received, ct.elapsed),
+            ct.deficit,
+            ct.allocation,
+            ct.keys,
+            ct.scale_factors,
+            np.asarray(self.layout.gpus),
+            order,
         )
-        by_type: dict[int, list[int]] = {}
-        for c, j in chosen:
-            by_type.setdefault(j, []).append(c)
-        assignments: list[Assignment] = []
-        for j, picked in by_type.items():
-            requests = [(int(ct.scale_factors[c]), ct.previous_gpus(c, j)) for c in picked]
-            for c, placement in zip(picked, place(self.layout, j, requests), strict=True):
-                assignments.append(
-                    Assignment(ct.keys[c], j, placement.gpus, placement.consolidated, placement.renewed)
-                )
-        return assignments
+        gpus, consolidated, renewed = place_round(
+            self.layout,
+            types,
+            ct.scale_factors[rows],
+            ct.last_type[rows],
+            [ct.last_gpus[r] for r in rows.tolist()],
+            ct.last_consolidated[rows],
+        )
+        return RoundPlan(rows, [ct.keys[r] for r in rows.tolist()], types, gpus, consolidated, renewed)
 
     def rates(self) -> dict[int, float]:
         """Each job's effective throughput τ_m(X) under the current allocation (the ideal mechanism)."""
         if self.allocation is None or self.last_input is None:
             return {}
         tau = self.allocation.effective_throughput(self.last_input)
-        return {int(j): float(t) for j, t in zip(self.last_input.job_ids, tau, strict=True) if int(j) in self.jobs}
+        return {
+            int(j): float(t) for j, t in zip(self.last_input.job_ids, tau, strict=True) if int(j) in self.jobs
+        }
 
     def steps_done(self, job_id: int) -> float:
         return self.jobs[job_id].steps_done
@@ -214,7 +250,9 @@ class GavelScheduler:
             job_ids=np.array([s.job_id for s in specs], dtype=np.int64),
             worker_types=self.layout.worker_types,
             num_workers=self.layout.num_workers,
-            throughputs=np.array([s.throughputs for s in specs], dtype=float).reshape(len(specs), self.layout_k),
+            throughputs=np.array([s.throughputs for s in specs], dtype=float).reshape(
+                len(specs), self.layout_k
+            ),
             scale_factors=np.array([s.scale_factor for s in specs], dtype=np.int64),
             weights=np.array([s.weight for s in specs]),
             remaining_steps=np.array([max(s.spec.total_steps - s.steps_done, 0.0) for s in states]),

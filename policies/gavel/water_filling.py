@@ -41,17 +41,14 @@ RISE_REL = 1e-4
 RISE_ABS = 1e-5
 # The MILP may bend a frozen job's floor by its feasibility tolerance, and trading between jobs whose
 # throughput ratios differ a lot amplifies that bend into apparent headroom; HiGHS's default (1e-6) was
-# seen to fake a rise of 1e-4 this way, so both problems run far tighter. The MILP's floors then sit a
-# hair (FLOOR_SLACK, relative) below the LP's levels so that the LP's own rounding cannot make them
-# infeasible.
-# Warm starts are off: HiGHS 1.16 was seen to accept a zero-objective MIP start as optimal when a better
-# solution existed, and without them a solve depends only on its inputs.
+# seen to fake a rise of 1e-4 this way, so both problems run far tighter. Warm starts are off: HiGHS 1.16
+# was seen to accept a zero-objective MIP start as optimal when a better solution existed, and without
+# them a solve depends only on its inputs.
 SOLVER_OPTIONS = {
     "warm_start": False,
     "mip_feasibility_tolerance": 1e-9,
     "primal_feasibility_tolerance": 1e-9,
 }
-FLOOR_SLACK = 1e-8
 
 Inner = Literal["fairness", "fifo"]
 
@@ -213,17 +210,21 @@ class WaterFilling:
             rise = max(float(self._rise.value), 0.0)
             levels = np.where(rising, np.minimum(levels + self._rate.value * rise, reached), levels)
 
-            self._floor.value = levels * (1 - FLOOR_SLACK)
+            self._floor.value = levels
             self._target.value = levels * (1 + RISE_REL) + RISE_ABS
             self._eligible.value = rising.astype(float)
             self._milp.solve(solver=cp.HIGHS, **SOLVER_OPTIONS)
-            newly = rising & ~(self._z.value > 0.5) if self._milp.status == cp.OPTIMAL else rising & False
+            solved = self._milp.status == cp.OPTIMAL
+            newly = rising & (self._z.value < 0.5) if solved else np.zeros(n, dtype=bool)
             if not newly.any():
-                # Backstop for solver trouble: a job whose rise constraint has a positive LP dual cannot
-                # gain without another falling below its level (weak duality), so it is a bottleneck.
+                # Backstop for solver trouble (the LP's rounding can leave its levels a hair out of the
+                # MILP's reach): a job whose rise constraint has a positive LP dual cannot gain without
+                # another falling below its level (weak duality), so it is a bottleneck.
                 newly = rising & (np.asarray(self._rising.dual_value) > 1e-9)
             frozen = frozen | newly
-            history.append(WaterFillingIteration(weights, levels.copy(), fractions, pair_fractions, frozen.copy()))
+            history.append(
+                WaterFillingIteration(weights, levels.copy(), fractions, pair_fractions, frozen.copy())
+            )
             if not newly.any():
                 break
         return history
@@ -303,6 +304,8 @@ class LasWaterFillingPolicy:
         if inp.n == 0:
             return _empty(inp)
         job_weights = inp.weights_or_ones()
-        weights = EntityWeights(np.zeros(inp.n, dtype=int), {0: float(job_weights.sum())}, job_weights, "fairness")
+        weights = EntityWeights(
+            np.zeros(inp.n, dtype=int), {0: float(job_weights.sum())}, job_weights, "fairness"
+        )
         problem = WaterFilling(inp, self.aware)
         return problem.allocation(problem.solve(weights))
