@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clustertwin.progress import progress_bar
+from clustertwin.solver_banner import silence_solver_banner
 from scenarios.errors import InputError
 from scenarios.load import load_scenario, scenario_to_dict
 from scenarios.schema import Scenario
@@ -29,6 +30,7 @@ EXIT_INTERRUPTED = 130
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
+    silence_solver_banner()
     try:
         return args.handler(args)
     except InputError as err:
@@ -67,7 +69,9 @@ def _parser() -> argparse.ArgumentParser:
 
     reproduce = commands.add_parser("reproduce", help="check our numbers against a paper's claims")
     reproduce.add_argument("name", help="claim set name")
-    reproduce.add_argument("--quick", action="store_true", help="smaller runs, looser check")
+    reproduce.add_argument("--quick", action="store_true", help="smaller runs for CI (one seed, fewer jobs)")
+    reproduce.add_argument("--out", type=Path, help="results folder (default: runs/reproduce-<name>[-quick])")
+    reproduce.add_argument("--workers", type=int, help="parallel simulations (default: CPU count)")
     reproduce.set_defaults(handler=_reproduce)
 
     bench = commands.add_parser("bench", help="time a benchmark")
@@ -141,7 +145,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _reproduce(args: argparse.Namespace) -> int:
     from clustertwin.reproduce import reproduce
 
-    return reproduce(args.name, args.quick)
+    return reproduce(args.name, args.quick, out=args.out, workers=args.workers)
 
 
 def _bench(args: argparse.Namespace) -> int:

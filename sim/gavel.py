@@ -25,6 +25,8 @@ from policies.registry import AllocationPolicy
 
 Progress = Callable[[float, str], None]
 
+TIME_EPSILON_S = 1e-6
+
 
 @dataclass(frozen=True)
 class SimJob:
@@ -217,26 +219,61 @@ class GavelSimulation:
         now = self.env.now
         horizon = [t for t in (sched.next_reset_s(),) if t is not None and t > now]
         if self.num_arrived < len(self.jobs):
-            # An arrival due now but not yet put by the arrival process gives dt = 0: a zero timeout lets it run.
+            # An arrival due now but not yet put by the arrival process gives dt = 0: a zero timeout
+            # lets that process run first.
             horizon.append(max(self.jobs[self.num_arrived].spec.arrival_s, now))
-        for m, rate in rates.items():
-            if rate > 0:
-                horizon.append(now + self.remaining[m] / rate)
+        finish = {m: now + self.remaining[m] / rate for m, rate in rates.items() if rate > 0}
+        horizon.extend(finish.values())
         if not horizon:
             job = yield self.arrived.get()
             self._add(job)
             return
-        dt = min(horizon) - now
-        yield self.env.timeout(dt)
+        yield self.env.timeout(min(horizon) - now)
+        dt = self.env.now - now
+        self._record_interval(now, dt, rates)
         for m, rate in rates.items():
-            if rate > 0:
-                self.first_start.setdefault(m, now)
-                left = self.remaining[m]
-                steps = min(rate * dt, left)
+            if rate <= 0:
+                continue
+            self.first_start.setdefault(m, now)
+            # Time, not steps, decides completion: near the end a job's remaining steps can fall below
+            # what a float can resolve of the absolute clock.
+            if finish[m] <= self.env.now + TIME_EPSILON_S:
+                self.scheduler.record_progress(m, self.remaining[m])
+                self.remaining[m] = 0.0
+                self._complete(m, self.env.now)
+            else:
+                steps = rate * dt
                 self.remaining[m] -= steps
-                sched.record_progress(m, steps)
-                if rate * dt >= left - 1e-9 * max(left, 1.0):
-                    self._complete(m, self.env.now)
+                self.scheduler.record_progress(m, steps)
+
+    def _record_interval(self, start: float, dt: float, rates: dict[int, float]) -> None:
+        """Ideal-mode rows: job m held sf_m GPUs of type j for X[m,j]·dt of the interval."""
+        if dt <= 0 or not rates:
+            return
+        fractions = self.scheduler.time_fractions()
+        jobs = np.array([m for m in rates if m in fractions], dtype=np.int64)
+        if not len(jobs):
+            return
+        x = np.array([fractions[m] for m in jobs.tolist()])
+        m_idx, types = np.nonzero(x > 1e-12)
+        jobs, share = jobs[m_idx], x[m_idx, types]
+        sf = np.array([self.by_id[m].spec.scale_factor for m in jobs.tolist()], dtype=np.int64)
+        rate = np.array([rates[m] for m in jobs.tolist()])
+        spec_rate = self.rate_consolidated[jobs, types]
+        self.round_chunks.append(
+            (
+                np.full(len(jobs), -1),
+                np.full(len(jobs), start),
+                start + share * dt,
+                jobs,
+                types,
+                sf,
+                np.ones(len(jobs), dtype=bool),
+                np.ones(len(jobs), dtype=bool),
+                np.where(rate > 0, spec_rate * share * dt, 0.0),
+                np.full(len(jobs), -1, dtype=np.int64),
+            )
+        )
 
     # --- helpers ------------------------------------------------------------------------------------
 

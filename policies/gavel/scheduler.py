@@ -235,6 +235,16 @@ class GavelScheduler:
             int(j): float(t) for j, t in zip(self.last_input.job_ids, tau, strict=True) if int(j) in self.jobs
         }
 
+    def time_fractions(self) -> dict[int, np.ndarray]:
+        """Each active job's row of X (time fraction per type) under the current allocation."""
+        if self.allocation is None:
+            return {}
+        return {
+            int(m): row
+            for m, row in zip(self.allocation.job_ids, self.allocation.fractions, strict=True)
+            if int(m) in self.jobs
+        }
+
     def steps_done(self, job_id: int) -> float:
         return self.jobs[job_id].steps_done
 
