@@ -41,10 +41,7 @@ def runs_of(claim: Claim, quick: bool) -> dict[str, list[RunSpec]]:
     scenario = str(claim.scenario_path())
     common = list(claim.full.set) + (list(claim.quick.set) if quick else [])
     return {
-        arm: [
-            RunSpec(scenario, tuple(common + list(extra) + [f"seed={seed}"]))
-            for seed in variant.seeds
-        ]
+        arm: [RunSpec(scenario, tuple(common + list(extra) + [f"seed={seed}"])) for seed in variant.seeds]
         for arm, extra in (("baseline", claim.baseline), ("treatment", claim.treatment))
     }
 
@@ -70,13 +67,19 @@ def reproduce(name: str, quick: bool, out: Path | None = None, workers: int | No
     cache.mkdir(parents=True, exist_ok=True)
     plan = {claim.id: runs_of(claim, quick) for claim in claims}
     todo = {spec.key: spec for arms in plan.values() for specs in arms.values() for spec in specs}
-    done = {key: json.loads((cache / f"{key}.json").read_text()) for key in todo if (cache / f"{key}.json").is_file()}
+    done = {
+        key: json.loads((cache / f"{key}.json").read_text())
+        for key in todo
+        if (cache / f"{key}.json").is_file()
+    }
     pending = [spec for key, spec in todo.items() if key not in done]
 
     with progress_bar(f"reproduce {name}") as progress:
         progress(len(done) / max(len(todo), 1), f"{len(done)}/{len(todo)} runs")
         if pending:
-            with ProcessPoolExecutor(workers or os.cpu_count() or 1, initializer=silence_solver_banner) as pool:
+            with ProcessPoolExecutor(
+                workers or os.cpu_count() or 1, initializer=silence_solver_banner
+            ) as pool:
                 futures = {pool.submit(simulate, spec): spec for spec in pending}
                 for future in as_completed(futures):
                     spec = futures[future]
@@ -93,18 +96,20 @@ def reproduce(name: str, quick: bool, out: Path | None = None, workers: int | No
         ]
         ours = statistics.fmean(per_seed)
         low, high = claim.accept
-        rows.append({
-            "id": claim.id,
-            "claim": claim.claim,
-            "source": claim.source,
-            "metric": claim.metric,
-            "paper": claim.paper,
-            "ours": ours,
-            "ours_per_seed": per_seed,
-            "accept": [low, high],
-            "holds": bool(low <= ours <= high),
-            "why": claim.why,
-        })
+        rows.append(
+            {
+                "id": claim.id,
+                "claim": claim.claim,
+                "source": claim.source,
+                "metric": claim.metric,
+                "paper": claim.paper,
+                "ours": ours,
+                "ours_per_seed": per_seed,
+                "accept": [low, high],
+                "holds": bool(low <= ours <= high),
+                "why": claim.why,
+            }
+        )
     _write_json(out / "claims.json", {"name": name, "quick": quick, "claims": rows})
     _print_table(name, quick, rows)
     print(f"results: {out / 'claims.json'}")

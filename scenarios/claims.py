@@ -68,7 +68,9 @@ def available_claim_sets() -> list[str]:
 def load_claims(name: str) -> ClaimSet:
     path = CLAIMS_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise InputError(f"reproduce {name}", f"no such claim set; known: {', '.join(available_claim_sets())}")
+        raise InputError(
+            f"reproduce {name}", f"no such claim set; known: {', '.join(available_claim_sets())}"
+        )
     try:
         return ClaimSet.model_validate(yaml.safe_load(path.read_text()))
     except (yaml.YAMLError, ValidationError) as err:

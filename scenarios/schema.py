@@ -107,6 +107,9 @@ class Workload(_Strict):
     generate: Generate | None = None
     # Job ids [first, last) whose completion times are measured (steady state); None: all jobs.
     window: Annotated[tuple[NonNegativeInt, NonNegativeInt], Field(strict=False)] | None = None
+    # Entity weights for hierarchical policies (§5.4.3): jobs are split into len(entities) contiguous
+    # blocks by job id, block i belonging to an entity of weight entities[i]. None: no entities.
+    entities: list[PositiveFloat] | None = None
 
     @field_validator("trace")
     @classmethod
@@ -144,6 +147,9 @@ class Mechanism(_Strict):
     ideal: bool = False  # hand out exact time fractions instead of whole rounds
     preemption_overhead_s: NonNegativeFloat = 0.0  # charged when a lease is not renewed
     min_reset_interval_s: NonNegativeFloat = 1920.0  # least time between two allocation recomputes
+    # Space sharing plans with pair throughputs estimated from profiling this fraction of each new job
+    # type's pairings (§5.3.3); null: the policy knows the true pair throughputs (an oracle).
+    estimate_colocation: Annotated[float, Field(gt=0, le=1)] | None = None
 
 
 class Scenario(_Strict):

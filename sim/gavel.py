@@ -60,7 +60,11 @@ class GavelSimulation:
         colocation: Colocation | None = None,
         prices: np.ndarray | None = None,
         progress: Progress | None = None,
+        entity_weights: dict[int, float] | None = None,
+        policy_colocation: Colocation | None = None,
     ) -> None:
+        """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
+        believes about pairs, e.g. estimates from profiling (§5.3.3)."""
         self.layout = layout
         self.jobs = sorted(jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         self.by_id = {j.spec.job_id: j for j in jobs}
@@ -70,8 +74,9 @@ class GavelSimulation:
             policy,
             np.random.default_rng(seed),
             SchedulerConfig(mechanism.round_s, mechanism.min_reset_interval_s),
-            colocation=colocation,
+            colocation=policy_colocation or colocation,
             prices=prices,
+            entity_weights=entity_weights,
         )
         self.colocation = colocation
         self.progress = progress

@@ -15,6 +15,7 @@ from scenarios.errors import InputError
 from scenarios.results import RunResult
 from scenarios.schema import Scenario
 from sim.gavel import GavelSimulation, MechanismConfig, Progress, SimJob
+from sim.gavel_estimation import estimated_colocation
 from traces.gavel_generator import generate_gavel_jobs
 from traces.gavel_throughputs import ThroughputTable
 from traces.gavel_trace import TraceJob, load_gavel_trace, slo_deadline_s
@@ -69,6 +70,7 @@ def sim_jobs(
     consolidated = table.isolated_matrix(keys, layout.worker_types, consolidated=True)
     spread = table.isolated_matrix(keys, layout.worker_types, consolidated=False)
     window = scenario.workload.window or (0, len(jobs))
+    blocks = len(scenario.workload.entities or ())
     result = []
     for job_id, (job, row, spread_row) in enumerate(zip(jobs, consolidated, spread, strict=True)):
         where = f"{origin}:{job.line}" if job.line else f"{origin} (job {job_id})"
@@ -89,6 +91,7 @@ def sim_jobs(
             throughputs=np.where(runnable, row, 0.0),
             weight=job.priority_weight,
             slo_deadline_s=float("inf") if deadline is None else deadline,
+            entity=job_id * blocks // len(jobs) if blocks else None,
         )
         result.append(SimJob(spec, np.where(runnable, spread_row, 0.0), window[0] <= job_id < window[1]))
     return result
@@ -120,14 +123,21 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
     if scenario.cluster.prices is not None:
         prices = np.array([scenario.cluster.prices[t] for t in layout.worker_types])
     m = scenario.mechanism
+    truth = colocation_oracle(table, layout)
+    planned = truth
+    if m.estimate_colocation is not None:
+        rng = np.random.default_rng([scenario.seed, 0x5EED])
+        planned = estimated_colocation(table, layout.worker_types, m.estimate_colocation, rng)
     return GavelSimulation(
         layout,
         sim_jobs(scenario, table, layout, jobs, origin),
         policy,
         MechanismConfig(m.round_s, m.ideal, m.preemption_overhead_s, m.min_reset_interval_s),
         seed=scenario.seed,
-        colocation=colocation_oracle(table, layout),
+        colocation=truth,
+        policy_colocation=planned,
         prices=prices,
+        entity_weights=dict(enumerate(scenario.workload.entities or ())),
         progress=progress,
     )
 

@@ -14,7 +14,8 @@ from scipy.optimize import linprog
 from policies.gavel import lp
 from policies.gavel.cost import MakespanBudget, MinCost, MinCostSLO
 from policies.gavel.fifo import FIFO
-from policies.gavel.finish_time_fairness import finish_time_ratios, isolated_allocation
+from policies.gavel.finish_time_fairness import finish_time_ratios
+from policies.gavel.isolated import isolated_fractions
 from policies.gavel.las import las_allocation
 from policies.gavel.makespan import Makespan, reference_type_throughputs
 from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
@@ -341,7 +342,7 @@ def test_agnostic_makespan_is_never_better_than_aware(seed: int, n: int, k: int)
 
 
 def ftf_inputs(inp: AllocationInput) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    x_iso = isolated_allocation(inp.scale_factors, inp.num_workers)
+    x_iso = isolated_fractions(inp.num_workers, inp.scale_factors)
     tau_iso = (inp.throughputs * x_iso).sum(axis=1)
     elapsed = inp.now - inp.arrival_times
     duration = inp.iso_elapsed + inp.remaining_steps / tau_iso

@@ -27,17 +27,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from policies.gavel import lp
+from policies.gavel.isolated import isolated_fractions
 from policies.gavel.problem import Allocation, AllocationInput
 from policies.registry import register
 
 RELATIVE_GAP = 1e-6
-
-
-def isolated_allocation(scale_factors: np.ndarray, num_workers: np.ndarray) -> np.ndarray:
-    """X^iso[m,j] = N_j/(n·sf_m), each row scaled down to sum ≤ 1: 1/n of every type."""
-    n = scale_factors.shape[0]
-    x = np.asarray(num_workers, dtype=float)[None, :] / (n * np.asarray(scale_factors, dtype=float)[:, None])
-    return x / np.maximum(x.sum(axis=1, keepdims=True), 1.0)
 
 
 def finish_time_ratios(
@@ -57,7 +51,7 @@ def ftf_allocation(inp: AllocationInput, aware: bool = True, space_sharing: bool
     elapsed = np.zeros(inp.n) if inp.arrival_times is None else inp.now - np.asarray(inp.arrival_times, float)
     iso_elapsed = np.zeros(inp.n) if inp.iso_elapsed is None else np.asarray(inp.iso_elapsed, dtype=float)
 
-    x_iso = isolated_allocation(inp.scale_factors, inp.num_workers)
+    x_iso = isolated_fractions(inp.num_workers, inp.scale_factors)
     tau_iso = (t * x_iso).sum(axis=1)
     jobs = np.flatnonzero(layout.runnable() & (steps > 0) & (tau_iso > 0))
     if jobs.size == 0:

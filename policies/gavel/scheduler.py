@@ -20,6 +20,7 @@ import numpy as np
 
 from policies.gavel.cluster import ClusterLayout
 from policies.gavel.combos import ComboTable
+from policies.gavel.isolated import isolated_fractions
 from policies.gavel.mechanism import place_round, priorities, select_round
 from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
 from policies.registry import AllocationPolicy
@@ -281,10 +282,7 @@ class GavelScheduler:
 
     def _accumulate_iso(self, inp: AllocationInput) -> None:
         """FTF's t^iso: the time the steps made since the last reset would have taken under a 1/n share."""
-        n = max(inp.n, 1)
-        iso = inp.num_workers[None, :] / (n * inp.scale_factors[:, None])
-        iso /= np.maximum(iso.sum(axis=1, keepdims=True), 1.0)
-        tau_iso = (inp.throughputs * iso).sum(axis=1)
+        tau_iso = (inp.throughputs * isolated_fractions(inp.num_workers, inp.scale_factors)).sum(axis=1)
         for row, state in enumerate(self.jobs.values()):
             progressed = state.steps_done - state.steps_at_reset
             if tau_iso[row] > 0:

@@ -1,0 +1,71 @@
+"""Profiling new jobs for Gavel's throughput estimator (seed 001 §5.3.3, Fig. 5.16), on simulated workers.
+
+The scheduler does not know how two jobs will do when they share a GPU; Gavel profiles each new job type
+against a fraction of the pre-profiled reference types on dedicated workers, and the estimator
+(``policies.gavel.estimator``) completes the rest. Here the "measurements" are the true table values, and
+a job type is never its own reference (leave one out), so the estimate is a real prediction. The policy
+then plans with the estimated pair throughputs while the simulator moves jobs at the true ones.
+
+Only single-GPU job types are estimated (pairs of larger jobs get no estimate, so they are not packed);
+estimates are not refined online as jobs run, which Gavel does with measured throughputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from policies.gavel.estimator import ThroughputEstimator
+from policies.gavel.scheduler import JobSpec
+from traces.gavel_throughputs import ThroughputTable
+
+Colocation = Callable[[JobSpec, JobSpec], np.ndarray | None]
+
+
+def normalised_colocation(
+    table: ThroughputTable, worker_types: tuple[str, ...]
+) -> tuple[list[str], np.ndarray]:
+    """Rows: single-GPU job types; columns: worker type × partner type; entries pair / isolated in [0, 1]."""
+    types = [t for t in table.job_types() if table.has(t, 1)]
+    matrix = np.zeros((len(types), len(worker_types) * len(types)))
+    for a, job in enumerate(types):
+        for w, worker in enumerate(worker_types):
+            alone = table.isolated(job, 1, worker)
+            for b, partner in enumerate(types):
+                pair = table.colocated((job, 1), (partner, 1), worker)
+                if pair is not None and alone > 0:
+                    matrix[a, w * len(types) + b] = min(pair[0] / alone, 1.0)
+    return types, matrix
+
+
+def estimated_colocation(
+    table: ThroughputTable, worker_types: tuple[str, ...], profiling_fraction: float, rng: np.random.Generator
+) -> Colocation:
+    """A colocation oracle that answers with each job type's estimated row (leave-one-out references)."""
+    types, matrix = normalised_colocation(table, worker_types)
+    estimated = np.zeros_like(matrix)
+    for a in range(len(types)):
+        others = np.array([r for r in range(len(types)) if r != a])
+        estimator = ThroughputEstimator(matrix[others])
+        measured = estimator.profiling_plan(profiling_fraction, rng)
+        partial = np.where(measured, matrix[a], np.nan)
+        estimated[a] = estimator.estimate(partial, rng).row
+    index = {t: i for i, t in enumerate(types)}
+    k = len(types)
+
+    def oracle(first: JobSpec, second: JobSpec) -> np.ndarray | None:
+        if first.scale_factor != 1 or second.scale_factor != 1:
+            return None
+        a, b = index.get(first.job_type), index.get(second.job_type)
+        if a is None or b is None:
+            return None
+        shares = np.array(
+            [[estimated[a, w * k + b], estimated[b, w * k + a]] for w in range(len(worker_types))]
+        )
+        if not shares.any():
+            return None
+        alone = np.column_stack([first.throughputs, second.throughputs])
+        return shares * alone
+
+    return oracle

@@ -1,0 +1,208 @@
+"""The Gavel simulator end to end: bad input, determinism, and the invariants every run must keep."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analysis.metrics import gavel_metrics
+from clustertwin.cli import main
+from scenarios.load import load_scenario
+from sim import run_scenario
+
+TRACE_LINE = (
+    "ResNet-18 (batch size 32)\tpython3 main.py\tdir\t--num_steps\t1\t{steps}\t{sf}\t1\t-1\t{arrival}\n"
+)
+
+
+def scenario(
+    tmp_path: Path, trace: str | None = None, gpus: str = "{v100: 4, k80: 4}", extra: str = ""
+) -> Path:
+    workload = f"trace: {trace}" if trace else "generate: {num_jobs: 40, jobs_per_hour: 6.0}"
+    text = f"""\
+name: small
+kind: gavel
+seed: 3
+cluster:
+  gpus: {gpus}
+  gpus_per_server: 4
+workload:
+  {workload}
+policy:
+  name: las
+{extra}"""
+    path = tmp_path / "small.yaml"
+    path.write_text(text)
+    return path
+
+
+def trace_file(tmp_path: Path, rows: list[str]) -> str:
+    path = tmp_path / "jobs.trace"
+    path.write_text("".join(rows))
+    return str(path)
+
+
+def run_cli(tmp_path: Path, path: Path, capsys) -> tuple[int, str]:
+    out = tmp_path / "out"
+    code = main(["run", str(path), "--out", str(out), "--quiet", "--no-plots"])
+    return code, capsys.readouterr().err
+
+
+def test_unknown_job_type_names_trace_line(tmp_path: Path, capsys) -> None:
+    rows = [TRACE_LINE.format(steps=100, sf=1, arrival=0), TRACE_LINE.format(steps=100, sf=1, arrival=5)]
+    rows[1] = rows[1].replace("ResNet-18 (batch size 32)", "ResNet-1000")
+    code, err = run_cli(tmp_path, scenario(tmp_path, trace_file(tmp_path, rows)), capsys)
+    assert code == 2
+    assert "jobs.trace:2" in err and "ResNet-1000" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_trace_row_with_wrong_column_count_names_line(tmp_path: Path, capsys) -> None:
+    rows = [TRACE_LINE.format(steps=100, sf=1, arrival=0), "ResNet-18 (batch size 32)\tonly\tthree\n"]
+    code, err = run_cli(tmp_path, scenario(tmp_path, trace_file(tmp_path, rows)), capsys)
+    assert code == 2 and "jobs.trace:2" in err and "column" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_job_larger_than_the_cluster_names_trace_line(tmp_path: Path, capsys) -> None:
+    rows = [TRACE_LINE.format(steps=100, sf=1, arrival=0), TRACE_LINE.format(steps=100, sf=8, arrival=5)]
+    code, err = run_cli(tmp_path, scenario(tmp_path, trace_file(tmp_path, rows)), capsys)
+    assert code == 2 and "jobs.trace:2" in err and "8 GPUs" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_worker_type_names_the_field(tmp_path: Path, capsys) -> None:
+    code, err = run_cli(tmp_path, scenario(tmp_path, gpus="{v100: 4, h100: 4}"), capsys)
+    assert code == 2 and "cluster.gpus" in err and "h100" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_policy_parameter_names_the_field(tmp_path: Path, capsys) -> None:
+    path = scenario(tmp_path)
+    path.write_text(path.read_text().replace("  name: las\n", "  name: las\n  params: {awareness: true}\n"))
+    code, err = run_cli(tmp_path, path, capsys)
+    assert code == 2 and "policy" in err and "awareness" in err
+
+
+def _log_digest(tables: dict[str, pd.DataFrame]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(tables):
+        digest.update(name.encode())
+        digest.update(pd.util.hash_pandas_object(tables[name], index=False).to_numpy().tobytes())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("policy", ["las", "ftf", "fifo", "makespan"])
+def test_same_scenario_and_seed_give_an_identical_event_log(tmp_path: Path, policy: str) -> None:
+    overrides = [f"policy.name={policy}"]
+    first = run_scenario(load_scenario(scenario(tmp_path), overrides))
+    second = run_scenario(load_scenario(scenario(tmp_path), overrides))
+    assert _log_digest(first.tables) == _log_digest(second.tables)
+    other_seed = run_scenario(load_scenario(scenario(tmp_path), [*overrides, "seed=4"]))
+    assert _log_digest(first.tables) != _log_digest(other_seed.tables)
+
+
+def check_invariants(tables: dict[str, pd.DataFrame], gpus: dict[str, int], round_s: float) -> None:
+    jobs, rounds = tables["jobs"], tables["rounds"]
+    done = jobs[jobs["completion_s"].notna()]
+    # Work is conserved: a finished job made exactly its steps, and every step made is in a round.
+    assert np.allclose(done["steps_done"], done["total_steps"])
+    made = rounds.groupby("job_id")["steps"].sum().reindex(jobs["job_id"], fill_value=0.0).to_numpy()
+    assert np.allclose(made, jobs["steps_done"].to_numpy(), rtol=1e-9, atol=1e-6)
+    assert (rounds["steps"] >= 0).all()
+    # No job runs before it arrives or after it completes.
+    merged = rounds.merge(jobs[["job_id", "arrival_s", "completion_s"]], on="job_id")
+    assert (merged["start_s"] >= merged["arrival_s"] - 1e-9).all()
+    finished = merged[merged["completion_s"].notna()]
+    assert (finished["end_s"] <= finished["completion_s"] + 1e-6).all()
+    # Capacity is never exceeded: per round and type, GPUs held (a shared pair counted once) ≤ N_j.
+    held = rounds[(rounds["shared_with"] < 0) | (rounds["job_id"] < rounds["shared_with"])]
+    per_round = held.groupby(["round", "worker_type"])["num_gpus"].sum()
+    for (_, worker_type), used in per_round.items():
+        assert used <= gpus[worker_type]
+    # A job runs at most once per round, and a round lasts at most its length.
+    assert not rounds.duplicated(["round", "job_id"]).any()
+    assert ((rounds["end_s"] - rounds["start_s"]) <= round_s + 1e-6).all()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    policy=st.sampled_from(["las", "ftf", "fifo", "makespan", "max_sum_throughput", "isolated", "sjf"]),
+    aware=st.booleans(),
+    gpus=st.tuples(st.integers(1, 3), st.integers(0, 2), st.integers(1, 2)),
+    per_server=st.sampled_from([1, 2, 4]),
+    jobs_per_hour=st.floats(2.0, 30.0),
+    multiple=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_simulation_invariants(
+    tmp_path_factory, policy, aware, gpus, per_server, jobs_per_hour, multiple, seed
+):
+    counts = {t: n * per_server for t, n in zip(("v100", "p100", "k80"), gpus, strict=True)}
+    overrides = [
+        f"cluster.gpus={counts}",
+        f"cluster.gpus_per_server={per_server}",
+        f"policy.name={policy}",
+        f"workload.generate.jobs_per_hour={jobs_per_hour}",
+        f"workload.generate.scale_factors={'multiple' if multiple else 'single'}",
+        f"seed={seed}",
+    ]
+    if policy in {"las", "ftf", "fifo", "makespan", "sjf"}:
+        overrides.append(f"policy.params={{aware: {str(aware).lower()}}}")
+    path = scenario(tmp_path_factory.mktemp("s"))
+    scen = load_scenario(path, overrides)
+    if multiple and max(counts.values()) < 8:
+        # Jobs of 8 GPUs would not fit: the run must refuse rather than start.
+        with pytest.raises(Exception, match="GPUs"):
+            run_scenario(scen)
+        return
+    result = run_scenario(scen)
+    check_invariants(result.tables, counts, scen.mechanism.round_s)
+    metrics = gavel_metrics(result, counts)
+    assert metrics["jobs_completed"] == len(result.tables["jobs"])
+
+
+def test_space_sharing_runs_pairs_within_capacity(tmp_path: Path) -> None:
+    overrides = ["policy.params={aware: true, space_sharing: true}", "workload.generate.jobs_per_hour=30"]
+    scen = load_scenario(scenario(tmp_path), overrides)
+    result = run_scenario(scen)
+    rounds = result.tables["rounds"]
+    assert (rounds["shared_with"] >= 0).any(), "space sharing never paired two jobs"
+    check_invariants(result.tables, dict(scen.cluster.gpus), scen.mechanism.round_s)
+
+
+def test_ideal_mechanism_tracks_the_round_mechanism(tmp_path: Path) -> None:
+    """§5.7 Fig. 5.15b: with 6-minute rounds Gavel behaves almost like exact time fractions."""
+    path = scenario(tmp_path, gpus="{v100: 4, p100: 4, k80: 4}")
+    rounds = run_scenario(load_scenario(path))
+    ideal = run_scenario(load_scenario(path, ["mechanism.ideal=true"]))
+    jct = [(r.tables["jobs"]["completion_s"] - r.tables["jobs"]["arrival_s"]).mean() for r in (rounds, ideal)]
+    assert ideal.tables["jobs"]["completion_s"].notna().all()
+    assert abs(jct[0] - jct[1]) / jct[1] < 0.25
+
+
+def test_estimated_colocation_plans_pairs_and_moves_jobs_at_true_speeds(tmp_path: Path) -> None:
+    """§5.3.3: the policy packs with estimated pair throughputs; the simulator runs the true ones."""
+    from sim.gavel_estimation import estimated_colocation, normalised_colocation
+    from traces.gavel_throughputs import ThroughputTable
+
+    table = ThroughputTable.bundled("simulation")
+    types, truth = normalised_colocation(table, ("v100", "k80"))
+    oracle = estimated_colocation(table, ("v100", "k80"), 0.5, np.random.default_rng(0))
+    assert truth.min() >= 0 and truth.max() <= 1
+    overrides = [
+        "policy.params={aware: true, space_sharing: true}",
+        "workload.generate.jobs_per_hour=30",
+        "mechanism.estimate_colocation=0.3",
+    ]
+    scen = load_scenario(scenario(tmp_path), overrides)
+    result = run_scenario(scen)
+    check_invariants(result.tables, dict(scen.cluster.gpus), scen.mechanism.round_s)
+    assert (result.tables["rounds"]["shared_with"] >= 0).any()
+    assert oracle is not None and len(types) == 26
