@@ -171,7 +171,7 @@ def test_plot_lists_the_pngs(fake_sim: FakeSim, tmp_path: Path, capsys) -> None:
 
 def test_reproduce_and_bench_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    reproduce = types.SimpleNamespace(reproduce=lambda name, quick: calls.append((name, quick)) or 1)
+    reproduce = types.SimpleNamespace(reproduce=lambda name, quick, **_: calls.append((name, quick)) or 1)
     bench = types.SimpleNamespace(bench=lambda name: calls.append(name) or 0)
     monkeypatch.setitem(sys.modules, "clustertwin.reproduce", reproduce)
     monkeypatch.setitem(sys.modules, "clustertwin.bench", bench)
