@@ -1,0 +1,97 @@
+"""Training under leases: a preempted job resumes at the right step with bit-identical state."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from runtime.lease import Lease, load, run_lease  # noqa: E402
+from runtime.workloads import Workload, workload_for  # noqa: E402
+
+FAMILIES = ["image", "language", "recommendation"]
+
+
+def _states_equal(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_states_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_states_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_preempted_job_resumes_bit_identical(tmp_path: Path, family: str) -> None:
+    workload = Workload(family, 4)
+    straight, split = tmp_path / "straight.pt", tmp_path / "split.pt"
+    report = run_lease(workload, straight, Lease(6, 1e9), total_steps=100)
+    assert (report.start_step, report.end_step) == (0, 6)
+    first = run_lease(workload, split, Lease(2, 1e9), total_steps=100)
+    second = run_lease(workload, split, Lease(4, 1e9), total_steps=100)
+    assert (first.end_step, second.start_step, second.end_step) == (2, 2, 6)
+    a = load(straight, workload, 0, torch.device("cpu"))
+    b = load(split, workload, 0, torch.device("cpu"))
+    assert a.step == b.step == 6
+    assert _states_equal(a.model.state_dict(), b.model.state_dict())
+    assert _states_equal(a.optimizer.state_dict(), b.optimizer.state_dict())
+
+
+def test_lease_never_runs_past_the_job_or_the_clock(tmp_path: Path) -> None:
+    workload = Workload("recommendation", 4)
+    ckpt = tmp_path / "job.pt"
+    done = run_lease(workload, ckpt, Lease(50, 1e9), total_steps=5)
+    assert done.end_step == 5
+    assert run_lease(workload, ckpt, Lease(50, 1e9), total_steps=5).steps == 0
+    timed = run_lease(workload, tmp_path / "timed.pt", Lease(10_000, 0.2), total_steps=10_000)
+    assert 0 < timed.steps < 10_000 and timed.seconds < 5.0
+    assert load(tmp_path / "timed.pt", workload, 0, torch.device("cpu")).step == timed.end_step
+
+
+def test_slowdown_emulates_a_slower_type(tmp_path: Path) -> None:
+    workload = Workload("language", 8)
+    fast = run_lease(workload, tmp_path / "f.pt", Lease(8, 1e9), total_steps=100)
+    slow = run_lease(workload, tmp_path / "s.pt", Lease(8, 1e9), total_steps=100, slowdown=3.0)
+    assert slow.throughput < fast.throughput / 1.8
+
+
+def test_gavel_job_types_map_to_families() -> None:
+    assert workload_for("ResNet-18 (batch size 64)").family == "image"
+    assert workload_for("LM (batch size 20)").family == "language"
+    assert workload_for("Recommendation (batch size 512)").family == "recommendation"
+    with pytest.raises(KeyError, match="no runtime workload"):
+        workload_for("GPT-5 (batch size 1)")
+
+
+def test_distributed_job_runs_the_same_steps_on_every_rank(tmp_path: Path) -> None:
+    """Two gloo ranks under torchrun train one lease, save once, and resume."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import json, sys, torch.distributed as dist\n"
+        "from pathlib import Path\n"
+        "from runtime.lease import Lease, run_lease\n"
+        "from runtime.workloads import Workload\n"
+        "dist.init_process_group('gloo')\n"
+        "r = run_lease(Workload('image', 4), Path(sys.argv[1]), Lease(3, 1e9), total_steps=100)\n"
+        "Path(sys.argv[2] + f'.{dist.get_rank()}').write_text(json.dumps([r.start_step, r.end_step]))\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    for expected in ([0, 3], [3, 6]):
+        subprocess.run(
+            [*command, str(script), str(tmp_path / "ckpt.pt"), str(tmp_path / "report")],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+        for rank in (0, 1):
+            assert json.loads((tmp_path / f"report.{rank}").read_text()) == expected
