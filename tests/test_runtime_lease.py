@@ -70,28 +70,31 @@ def test_gavel_job_types_map_to_families() -> None:
         workload_for("GPT-5 (batch size 1)")
 
 
-def test_distributed_job_runs_the_same_steps_on_every_rank(tmp_path: Path) -> None:
-    """Two gloo ranks under torchrun train one lease, save once, and resume."""
-    script = tmp_path / "job.py"
-    script.write_text(
-        "import json, sys, torch.distributed as dist\n"
-        "from pathlib import Path\n"
-        "from runtime.lease import Lease, run_lease\n"
-        "from runtime.workloads import Workload\n"
-        "dist.init_process_group('gloo')\n"
-        "r = run_lease(Workload('image', 4), Path(sys.argv[1]), Lease(3, 1e9), total_steps=100)\n"
-        "Path(sys.argv[2] + f'.{dist.get_rank()}').write_text(json.dumps([r.start_step, r.end_step]))\n"
-        "dist.destroy_process_group()\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    for expected in ([0, 3], [3, 6]):
-        subprocess.run(
-            [*command, str(script), str(tmp_path / "ckpt.pt"), str(tmp_path / "report")],
-            check=True,
-            env=env,
-            capture_output=True,
-            timeout=120,
-        )
-        for rank in (0, 1):
-            assert json.loads((tmp_path / f"report.{rank}").read_text()) == expected
+def _job_args(tmp_path: Path, max_steps: int) -> list[str]:
+    return [
+        "--job-type", "ResNet-18 (batch size 32)", "--checkpoint", str(tmp_path / "ckpt.pt"),
+        "--report", str(tmp_path / "report.json"), "--max-steps", str(max_steps), "--max-seconds", "600",
+        "--total-steps", "5",
+    ]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+
+
+def test_job_process_trains_one_lease_and_reports(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "runtime.job_main", *_job_args(tmp_path, 3)]
+    for expected in ((0, 3), (3, 5)):  # the second lease stops at the job's total steps
+        subprocess.run(command, check=True, env=_env(), capture_output=True, timeout=120)
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert (report["start_step"], report["end_step"]) == expected and report["throughput"] > 0
+
+
+def test_distributed_job_process_under_torchrun(tmp_path: Path) -> None:
+    """Two gloo ranks train one lease together, rank 0 saves once, and the next lease resumes there."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    command = [*torchrun, "-m", "runtime.job_main", *_job_args(tmp_path, 2)]
+    for expected in ((0, 2), (2, 4)):
+        subprocess.run(command, check=True, env=_env(), capture_output=True, timeout=180)
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert (report["start_step"], report["end_step"]) == expected
