@@ -152,6 +152,24 @@ class Mechanism(_Strict):
     estimate_colocation: Annotated[float, Field(gt=0, le=1)] | None = None
 
 
+class RealWorker(_Strict):
+    """How the real backend runs one worker type: on which device, and how much slower than it is."""
+
+    device: Literal["cpu", "cuda"]
+    # CUDA device ids of this type's GPUs (one per GPU of cluster.gpus); cpu types use processes.
+    cuda_devices: list[NonNegativeInt] | None = None
+    slowdown: Annotated[float, Field(ge=1.0)] = 1.0  # > 1 emulates a slower accelerator type
+
+
+class Real(_Strict):
+    """The real backend's side of the scenario (ignored by the simulator)."""
+
+    workers: dict[str, RealWorker]
+    threads_per_cpu_worker: PositiveInt = 1
+    grace_s: PositiveFloat = 30.0  # how long past a round's end a job or an agent may be late
+    time_scale: PositiveFloat = 1.0  # divides trace arrival times (compress a trace into wall-clock time)
+
+
 class Scenario(_Strict):
     """One experiment: a cluster, a workload, a policy and a mechanism, plus the seed."""
 
@@ -165,6 +183,7 @@ class Scenario(_Strict):
     workload: Workload
     policy: Policy
     mechanism: Mechanism = Mechanism()
+    real: Real | None = None
 
     # The file it was loaded from, set by the loader; not a field, so it never reaches summary.json.
     _source: str = PrivateAttr(default="<scenario>")
@@ -173,6 +192,24 @@ class Scenario(_Strict):
     def source(self) -> str:
         """Where the scenario came from, to prefix errors found after loading (unknown policy, ...)."""
         return self._source
+
+    @model_validator(mode="after")
+    def _real_matches_cluster(self) -> Scenario:
+        if self.real is None:
+            return self
+        types = set(self.cluster.gpus)
+        if set(self.real.workers) != types:
+            raise ValueError(
+                "real.workers must name exactly the worker types of cluster.gpus"
+                f" ({', '.join(sorted(types))}); got {', '.join(sorted(self.real.workers))}"
+            )
+        for name, worker in self.real.workers.items():
+            if worker.device == "cuda" and len(worker.cuda_devices or ()) != self.cluster.gpus[name]:
+                raise ValueError(
+                    f"real.workers.{name}.cuda_devices must list {self.cluster.gpus[name]} CUDA device ids"
+                    f" (one per GPU of cluster.gpus.{name})"
+                )
+        return self
 
     @field_validator("throughputs")
     @classmethod

@@ -22,19 +22,11 @@ import simpy
 from policies.gavel.cluster import ClusterLayout
 from policies.gavel.scheduler import GavelScheduler, JobSpec, RoundPlan, SchedulerConfig
 from policies.registry import AllocationPolicy
+from scenarios.gavel_workload import GavelJob
 
 Progress = Callable[[float, str], None]
 
 TIME_EPSILON_S = 1e-6
-
-
-@dataclass(frozen=True)
-class SimJob:
-    """A job of the workload with everything the simulator needs to move it."""
-
-    spec: JobSpec
-    unconsolidated: np.ndarray  # (k,) steps/s when spread over more servers than needed
-    in_window: bool
 
 
 @dataclass(frozen=True)
@@ -53,7 +45,7 @@ class GavelSimulation:
     def __init__(
         self,
         layout: ClusterLayout,
-        jobs: list[SimJob],
+        jobs: list[GavelJob],
         policy: AllocationPolicy,
         mechanism: MechanismConfig,
         seed: int,
@@ -296,7 +288,7 @@ class GavelSimulation:
         while self.arrived.items:
             self._add(self.arrived.items.pop(0))
 
-    def _add(self, job: SimJob) -> None:
+    def _add(self, job: GavelJob) -> None:
         self.scheduler.add_job(job.spec)
         self.event_rows.append((self.env.now, "admit", job.spec.job_id, job.spec.job_type))
 

@@ -1,0 +1,101 @@
+"""A Gavel scenario's cluster and jobs, as both executors (simulator and real runtime) need them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.gavel.cluster import ClusterLayout
+from policies.gavel.scheduler import JobSpec
+from scenarios.errors import InputError
+from scenarios.schema import Scenario
+from traces.gavel_generator import generate_gavel_jobs
+from traces.gavel_throughputs import ThroughputTable
+from traces.gavel_trace import TraceJob, load_gavel_trace, slo_deadline_s
+
+
+@dataclass(frozen=True)
+class GavelJob:
+    """A job of the workload: what the scheduler knows, plus what only the executor uses."""
+
+    spec: JobSpec
+    unconsolidated: np.ndarray  # (k,) steps/s when spread over more servers than needed
+    in_window: bool
+
+
+def load_table(scenario: Scenario) -> ThroughputTable:
+    if scenario.throughputs in ("simulation", "physical"):
+        return ThroughputTable.bundled(scenario.throughputs)
+    return ThroughputTable.load(scenario.throughputs)
+
+
+def cluster_layout(scenario: Scenario, table: ThroughputTable) -> ClusterLayout:
+    """Worker types in the table's order (fastest first), restricted to those the scenario has."""
+    unknown = sorted(set(scenario.cluster.gpus) - set(table.worker_types))
+    if unknown:
+        raise InputError(
+            f"{scenario.source}: field cluster.gpus",
+            f"worker type(s) {', '.join(unknown)} not in the throughput table (it has "
+            f"{', '.join(table.worker_types)})",
+        )
+    types = tuple(t for t in table.worker_types if scenario.cluster.gpus.get(t, 0) > 0)
+    return ClusterLayout(
+        types,
+        tuple(scenario.cluster.gpus[t] for t in types),
+        tuple(scenario.cluster.server_size(t) for t in types),
+    )
+
+
+def trace_jobs(scenario: Scenario, table: ThroughputTable) -> tuple[list[TraceJob], str]:
+    """The scenario's jobs and a name for where they came from (for error messages)."""
+    w = scenario.workload
+    if w.trace is not None:
+        return load_gavel_trace(w.trace, fmt=w.trace_format, table=table), w.trace
+    g = w.generate
+    assert g is not None
+    jobs = generate_gavel_jobs(
+        table,
+        num_jobs=g.num_jobs,
+        jobs_per_hour=g.jobs_per_hour,
+        seed=scenario.seed,
+        scale_factors=g.scale_factors,
+        priorities=g.priorities,
+        slos=g.slos,
+    )
+    return jobs, f"{scenario.source}: workload.generate"
+
+
+def gavel_jobs(
+    scenario: Scenario, table: ThroughputTable, layout: ClusterLayout, jobs: list[TraceJob], origin: str
+) -> list[GavelJob]:
+    """Every job as the scheduler will know it, checked against the cluster (InputError names the row)."""
+    keys = [(j.job_type, j.scale_factor) for j in jobs]
+    consolidated = table.isolated_matrix(keys, layout.worker_types, consolidated=True)
+    spread = table.isolated_matrix(keys, layout.worker_types, consolidated=False)
+    window = scenario.workload.window or (0, len(jobs))
+    blocks = len(scenario.workload.entities or ())
+    result = []
+    for job_id, (job, row, spread_row) in enumerate(zip(jobs, consolidated, spread, strict=True)):
+        where = f"{origin}:{job.line}" if job.line else f"{origin} (job {job_id})"
+        runnable = (row > 0) & (np.asarray(layout.gpus) >= job.scale_factor)
+        if not runnable.any():
+            raise InputError(
+                where,
+                f"job {job_id} ({job.job_type}) needs {job.scale_factor} GPUs of one type with a known "
+                f"throughput; the cluster has {dict(zip(layout.worker_types, layout.gpus, strict=True))}",
+            )
+        deadline = slo_deadline_s(job, table)
+        spec = JobSpec(
+            job_id=job_id,
+            job_type=job.job_type,
+            scale_factor=job.scale_factor,
+            total_steps=float(job.total_steps),
+            arrival_s=float(job.arrival_s),
+            throughputs=np.where(runnable, row, 0.0),
+            weight=job.priority_weight,
+            slo_deadline_s=float("inf") if deadline is None else deadline,
+            entity=job_id * blocks // len(jobs) if blocks else None,
+        )
+        result.append(GavelJob(spec, np.where(runnable, spread_row, 0.0), window[0] <= job_id < window[1]))
+    return result
