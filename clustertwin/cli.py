@@ -74,9 +74,32 @@ def _parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--workers", type=int, help="parallel simulations (default: CPU count)")
     reproduce.set_defaults(handler=_reproduce)
 
+    compare = commands.add_parser(
+        "compare", help="how far a simulated run was from a real run of the same scenario"
+    )
+    compare.add_argument("sim_dir", type=Path, metavar="SIM_DIR", help="run folder of the simulation")
+    compare.add_argument("real_dir", type=Path, metavar="REAL_DIR", help="run folder of the real run")
+    compare.add_argument(
+        "--out", type=Path, help="where to write (default: REAL_DIR/compare-vs-<SIM_DIR name>)"
+    )
+    compare.set_defaults(handler=_compare)
+
     bench = commands.add_parser("bench", help="time a benchmark")
     bench.add_argument("name", help="benchmark name")
     bench.set_defaults(handler=_bench)
+
+    profile = commands.add_parser(
+        "profile", help="measure a scenario's jobs on its real workers; write a throughput table"
+    )
+    profile.add_argument("scenario", help="scenario YAML file with a real section")
+    _add_overrides(profile)
+    profile.add_argument(
+        "--out",
+        type=Path,
+        help="throughput CSV (default: <scenario-stem>.throughputs.csv beside the scenario)",
+    )
+    profile.add_argument("--steps", type=int, default=30, help="steps of each measured lease (default: 30)")
+    profile.set_defaults(handler=_profile)
     return parser
 
 
@@ -98,16 +121,23 @@ def _run(args: argparse.Namespace) -> int:
     from scenarios.results import check_tables
 
     scenario = load_scenario(args.scenario, args.overrides)
-    if args.backend == "real":
-        raise InputError("--backend real", f"the real backend is not yet supported for kind {scenario.kind}")
+    if args.backend == "real" and scenario.real is None:
+        raise InputError(
+            f"{scenario.source}: field real", "--backend real needs the scenario's `real:` section"
+        )
     _check_policy(scenario)
-    out = args.out or Path("runs") / f"{scenario.name}-seed{scenario.seed}"
+    suffix = "-real" if args.backend == "real" else ""
+    out = args.out or Path("runs") / f"{scenario.name}-seed{scenario.seed}{suffix}"
     ensure_replaceable(out)
 
-    from sim import run_scenario
+    if args.backend == "real":
+        from runtime import run_scenario
+    else:
+        from sim import run_scenario
 
     started = time.perf_counter()
-    with progress_bar(f"simulating {scenario.name}", quiet=args.quiet) as progress:
+    verb = "running" if args.backend == "real" else "simulating"
+    with progress_bar(f"{verb} {scenario.name}", quiet=args.quiet) as progress:
         result = run_scenario(scenario, progress=progress)
     result.info.setdefault("wall_s", time.perf_counter() - started)
     check_tables(result)
@@ -148,10 +178,56 @@ def _reproduce(args: argparse.Namespace) -> int:
     return reproduce(args.name, args.quick, out=args.out, workers=args.workers)
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from analysis.compare import compare_runs, ratio_table, write_comparison
+
+    comparison = compare_runs(args.sim_dir, args.real_dir)
+    out = args.out or args.real_dir / f"compare-vs-{args.sim_dir.resolve().name}"
+    # Written before printing, so an unusable --out fails with no half report on the screen.
+    write_comparison(comparison, out)
+    for key, value in comparison.headline().items():
+        print(f"{key}={value}")
+    Console().print(ratio_table(comparison))
+    print(out)
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from clustertwin.bench import bench
 
     return bench(args.name)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from runtime import profile
+
+    if args.steps < 1:
+        raise InputError(f"--steps {args.steps}", "a measured lease needs at least 1 step")
+    scenario = profile.load_for_profiling(args.scenario, args.overrides)
+    out = args.out or profile.default_output(args.scenario)
+    profile.check_output(out)
+    todo, skipped = profile.plan(scenario)  # every input check, before the first job process starts
+    try:
+        with progress_bar(f"profiling {scenario.name}") as progress:
+            rows = profile.profile_scenario(scenario, steps=args.steps, progress=progress)
+    except profile.ProfileError as err:  # a job failed: not bad input, but no traceback either
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    written = profile.write_profile(rows, out)
+    table = Table(title=f"profile of {scenario.name} ({args.steps} steps per lease)")
+    for column in ("job type", "scale", "worker", "steps/s", "load s", "save s", "start-up s"):
+        table.add_column(column, justify="left" if column in ("job type", "worker") else "right")
+    for r in rows:
+        table.add_row(
+            r.job_type, str(r.scale_factor), r.worker_type, f"{r.throughput:.3g}",
+            f"{r.load_s:.3f}", f"{r.save_s:.3f}", f"{r.startup_s:.2f}",
+        )  # fmt: skip
+    for job_type, sf, worker_type in skipped:
+        table.add_row(job_type, str(sf), worker_type, "too few GPUs", "-", "-", "-")
+    Console().print(table)
+    for path in written:
+        print(path)
+    return 0
 
 
 def _check_policy(scenario: Scenario) -> None:

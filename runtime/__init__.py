@@ -1,0 +1,20 @@
+"""The real-runtime twin: the same policies driving real training on torch.distributed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from scenarios.results import RunResult
+from scenarios.schema import Scenario
+
+
+def run_scenario(
+    scenario: Scenario, progress: Callable[[float, str], None] | None = None, workdir: Path | None = None
+) -> RunResult:
+    """Run a scenario for real and return the same event tables the simulator writes."""
+    if scenario.kind == "gavel":
+        from runtime import gavel
+
+        return gavel.run(scenario, progress, workdir)
+    raise NotImplementedError(f"no real runtime for scenario kind {scenario.kind!r} yet")

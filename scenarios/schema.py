@@ -145,7 +145,11 @@ class Mechanism(_Strict):
 
     round_s: PositiveFloat = 360.0
     ideal: bool = False  # hand out exact time fractions instead of whole rounds
-    preemption_overhead_s: NonNegativeFloat = 0.0  # charged when a lease is not renewed
+    # Seconds a job loses to checkpoint/restart: one number, or one per worker type (e.g. as profiled).
+    preemption_overhead_s: NonNegativeFloat | dict[str, NonNegativeFloat] = 0.0
+    # preemption: charged when a job resumes without its lease renewed (Gavel); every_round: charged to
+    # every job in every round (a runtime that restarts job processes each round, as ours does for now).
+    overhead_model: Literal["preemption", "every_round"] = "preemption"
     min_reset_interval_s: NonNegativeFloat = 1920.0  # least time between two allocation recomputes
     # Space sharing plans with pair throughputs estimated from profiling this fraction of each new job
     # type's pairings (§5.3.3); null: the policy knows the true pair throughputs (an oracle).
@@ -172,6 +176,11 @@ class Real(_Strict):
 
 class Scenario(_Strict):
     """One experiment: a cluster, a workload, a policy and a mechanism, plus the seed."""
+
+    def overhead_s(self, worker_type: str) -> float:
+        """The checkpoint/restart overhead a job pays on ``worker_type`` (mechanism.preemption_overhead_s)."""
+        overhead = self.mechanism.preemption_overhead_s
+        return float(overhead.get(worker_type, 0.0) if isinstance(overhead, dict) else overhead)
 
     # The name becomes part of the default output folder, so it is kept to file-name characters.
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]

@@ -33,7 +33,8 @@ TIME_EPSILON_S = 1e-6
 class MechanismConfig:
     round_s: float = 360.0
     ideal: bool = False
-    preemption_overhead_s: float = 0.0
+    preemption_overhead_s: tuple[float, ...] = ()  # per worker type; empty: none
+    overhead_every_round: bool = False
     min_reset_interval_s: float = 1920.0
     stop_when_window_done: bool = True
 

@@ -124,9 +124,9 @@ def test_unknown_policy_fails_before_running(tmp_path: Path, monkeypatch: pytest
     assert fake.calls == [] and not (tmp_path / "out").exists()
 
 
-def test_real_backend_is_refused_for_gavel(fake_sim: FakeSim, tmp_path: Path, capsys) -> None:
+def test_real_backend_needs_a_real_section(fake_sim: FakeSim, tmp_path: Path, capsys) -> None:
     assert main(["run", scenario_file(tmp_path), "--backend", "real"]) == 2
-    assert "the real backend is not yet supported for kind gavel" in capsys.readouterr().err
+    assert "field real" in capsys.readouterr().err
     assert fake_sim.calls == [] and not (tmp_path / "runs").exists()
 
 

@@ -14,7 +14,7 @@ added job's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -159,6 +159,17 @@ class GavelScheduler:
             np.asarray(seconds, dtype=float),
             duration_s,
         )
+
+    def observe_throughput(self, job_id: int, worker_type: int, measured: float, smoothing: float) -> None:
+        """A measured throughput (steps/s) of a job on a type, blended into what the policy plans with:
+        ``new = smoothing·measured + (1 − smoothing)·old`` (§5.3.3: single-job throughputs are measured
+        online as jobs run). It takes effect at the next allocation reset."""
+        state = self.jobs.get(job_id)
+        if state is None:
+            return
+        row = np.array(state.spec.throughputs, dtype=float)
+        row[worker_type] = smoothing * measured + (1.0 - smoothing) * row[worker_type]
+        state.spec = replace(state.spec, throughputs=row)
 
     def record_progress(self, job_id: int, steps: float) -> None:
         """Progress outside rounds (the ideal mechanism)."""

@@ -1,0 +1,402 @@
+"""Profiling a scenario's jobs on its real workers, to calibrate the simulator (DESIGN.md "Real runtime").
+
+For every (job type, scale factor) of the workload and every worker type of ``real.workers`` this runs
+the job process exactly as the real backend would (``runtime.job_main``, under torchrun when the job
+has several ranks) for two leases:
+
+* a warm-up lease of a few steps from scratch. It warms the file-system caches (bytecode, torch's
+  libraries), which a cluster's long-lived workers keep warm, and leaves a real checkpoint behind, so
+  that the next lease's load is a real load;
+* a measured lease of ``steps`` steps that resumes from that checkpoint and saves a new one: what a job
+  pays in every round it is (re)started.
+
+From the two come the steady throughput (steps/s, Gavel's table T; :func:`steady_step_s` says why
+from both), and from the measured lease the checkpoint load and save times (the preemption overhead of
+a lease that is not renewed, seed 001 Table 5.4) and the start-up time: the rest of the wall time of the
+whole process tree, i.e. interpreter start, ``import torch``, torchrun's rendezvous and process-group
+set-up, the first steps' one-time costs, and exit. A lease of n steps thus takes
+``startup_s + load_s + n * step_s + save_s``.
+
+The results are written as a throughput CSV that :meth:`ThroughputTable.from_csv` reads (a scenario
+uses it by naming it in ``throughputs:``) and an overhead CSV beside it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scenarios.errors import InputError
+from scenarios.gavel_workload import load_table, trace_jobs
+from scenarios.load import load_scenario
+from scenarios.schema import RealWorker, Scenario
+from traces.gavel_trace import load_gavel_trace
+
+# The repository root, put on the job process's PYTHONPATH so ``-m runtime.job_main`` resolves to this
+# checkout whatever the caller's working directory is.
+_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_STEPS = 30
+DEFAULT_WARMUP_STEPS = 3
+# The lease is bounded by steps, not time; the clock limit and the process timeout only stop a job that
+# hangs (a rendezvous that never completes, a deadlocked collective).
+_LEASE_SECONDS = 3600.0
+_PROCESS_TIMEOUT_S = 1800.0
+
+THROUGHPUT_COLUMNS = ("job_type", "scale_factor", "worker_type", "throughput")
+OVERHEAD_COLUMNS = ("job_type", "scale_factor", "worker_type", "load_s", "save_s", "startup_s", "step_s")
+
+ProgressCallback = Callable[[float, str], None]
+
+
+class ProfileError(RuntimeError):
+    """A job process failed or reported something other than the lease it was given."""
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """What one (job type, scale factor) measured on one worker type."""
+
+    job_type: str
+    scale_factor: int
+    worker_type: str
+    throughput: float  # steps/s of the whole job (all ranks together), as Gavel's tables count
+    load_s: float  # checkpoint load (and DDP wrap) at the start of a lease
+    save_s: float  # checkpoint save at the end of a lease that is not renewed
+    startup_s: float  # process start and exit around load, training and save
+    step_s: float  # seconds per step: 1 / throughput
+
+
+@dataclass(frozen=True)
+class LeaseRun:
+    """One job process: what it reported and how long the whole process took."""
+
+    report: dict[str, float]
+    wall_s: float
+
+
+# ------------------------------------------------------------------------------------------ scenario
+def load_for_profiling(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Load a scenario whose ``throughputs`` table may not exist yet (profiling is what writes it).
+
+    The schema rejects a missing table file. When only that stands in the way, the scenario is loaded
+    again with Gavel's bundled table in its place; profiling reads no throughputs except to generate a
+    synthetic workload, whose job types are then Gavel's.
+    """
+    try:
+        return load_scenario(path, overrides)
+    except InputError as first:
+        try:
+            return load_scenario(path, [*overrides, "throughputs=simulation"])
+        except InputError:
+            raise first from None
+
+
+def job_keys(scenario: Scenario) -> list[tuple[str, int]]:
+    """Distinct (job type, scale factor) pairs of the workload, in order of first appearance."""
+    workload = scenario.workload
+    if workload.trace is not None:
+        # No table: the trace may hold job types that no table lists yet.
+        jobs = load_gavel_trace(workload.trace, fmt=workload.trace_format)
+    else:
+        jobs, _ = trace_jobs(scenario, load_table(scenario))
+    return list(dict.fromkeys((job.job_type, job.scale_factor) for job in jobs))
+
+
+def plan(scenario: Scenario) -> tuple[list[tuple[str, int, str]], list[tuple[str, int, str]]]:
+    """(job type, scale factor, worker type) triples to measure, and those skipped because the cluster
+    has fewer GPUs of that type than the job needs (the simulator could never place it there).
+
+    Raises InputError, before any process starts, for a scenario without ``real``, a cuda worker on a
+    machine without CUDA, and a job type the runtime has no workload for.
+    """
+    from runtime.workloads import workload_for
+
+    real = scenario.real
+    if real is None:
+        raise InputError(
+            f"{scenario.source}: field real",
+            "profiling runs jobs on real workers; add a real section with one entry per worker type,"
+            " e.g. real: {workers: {v100: {device: cpu}}}",
+        )
+    _check_cuda(scenario)
+    keys = job_keys(scenario)
+    for job_type, _ in keys:
+        try:
+            workload_for(job_type)
+        except KeyError as err:
+            raise InputError(f"{scenario.source}: field workload", str(err.args[0])) from None
+    todo, skipped = [], []
+    for job_type, sf in keys:
+        for worker_type in real.workers:
+            fits = sf <= scenario.cluster.gpus[worker_type]
+            (todo if fits else skipped).append((job_type, sf, worker_type))
+    return todo, skipped
+
+
+def _check_cuda(scenario: Scenario) -> None:
+    assert scenario.real is not None
+    cuda = {name: w for name, w in scenario.real.workers.items() if w.device == "cuda"}
+    if not cuda:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise InputError(
+            f"{scenario.source}: field real.workers.{next(iter(cuda))}.device",
+            "cuda is asked for but this machine has no CUDA device (or torch was built without CUDA);"
+            " use device: cpu",
+        )
+    count = torch.cuda.device_count()
+    for name, worker in cuda.items():
+        bad = [i for i in worker.cuda_devices or () if i >= count]
+        if bad:
+            raise InputError(
+                f"{scenario.source}: field real.workers.{name}.cuda_devices",
+                f"device id(s) {bad} do not exist; this machine has {count} CUDA device(s)",
+            )
+
+
+# ------------------------------------------------------------------------------------------ measuring
+def profile_scenario(
+    scenario: Scenario,
+    *,
+    steps: int = DEFAULT_STEPS,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    progress: ProgressCallback | None = None,
+) -> list[ProfileRow]:
+    """Measure every pair of :func:`plan`, one process at a time (concurrent jobs would share cores
+    and skew each other's numbers)."""
+    if steps < 1 or warmup_steps < 1:
+        raise InputError("--steps", f"steps and warm-up steps must be >= 1 (got {steps}, {warmup_steps})")
+    todo, _ = plan(scenario)
+    real = scenario.real
+    assert real is not None
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="clustertwin-profile-") as scratch:
+        for index, (job_type, sf, worker_type) in enumerate(todo):
+            if progress is not None:
+                progress(index / len(todo), f"{job_type} x{sf} on {worker_type}")
+            rows.append(
+                measure(
+                    job_type,
+                    sf,
+                    worker_type,
+                    real.workers[worker_type],
+                    threads=real.threads_per_cpu_worker,
+                    steps=steps,
+                    warmup_steps=warmup_steps,
+                    workdir=Path(scratch) / str(index),
+                    seed=scenario.seed,
+                )
+            )
+    if progress is not None:
+        progress(1.0, "done")
+    return rows
+
+
+def measure(
+    job_type: str,
+    scale_factor: int,
+    worker_type: str,
+    worker: RealWorker,
+    *,
+    threads: int,
+    steps: int,
+    warmup_steps: int,
+    workdir: Path,
+    seed: int = 0,
+) -> ProfileRow:
+    """Warm-up lease, then the measured lease, of one job on one worker type."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    total = warmup_steps + steps
+    warmup = _checked(
+        run_job_lease(job_type, scale_factor, worker, threads, workdir, warmup_steps, total, seed),
+        0,
+        warmup_steps,
+        f"{job_type} x{scale_factor} on {worker_type}",
+    )
+    run = run_job_lease(job_type, scale_factor, worker, threads, workdir, steps, total, seed)
+    report = _checked(run, warmup_steps, steps, f"{job_type} x{scale_factor} on {worker_type}")
+    step_s = steady_step_s(warmup["seconds"], warmup_steps, report["seconds"], steps)
+    return ProfileRow(
+        job_type=job_type,
+        scale_factor=scale_factor,
+        worker_type=worker_type,
+        throughput=1.0 / step_s,
+        load_s=report["load_s"],
+        save_s=report["save_s"],
+        # Everything else a restarted lease pays beyond steady training, its first slow steps included,
+        # so that startup + load + steps * step_s + save is the lease's wall time.
+        startup_s=max(run.wall_s - report["load_s"] - report["save_s"] - steps * step_s, 0.0),
+        step_s=step_s,
+    )
+
+
+def steady_step_s(short_s: float, short_steps: int, long_s: float, long_steps: int) -> float:
+    """Seconds per step once a process is warm, from two leases' training times.
+
+    Every lease is a fresh process, so each one's first steps pay one-time costs (lazy kernel and
+    allocator set-up, cuDNN autotuning on GPUs). Both leases pay the same, so it cancels in the
+    difference. On a GPU a tiny model's first step can cost as much as a hundred steady ones, and a
+    plain average would understate the throughput several times over. Where the difference is not
+    usable (equal lengths, or noise making it non-positive) the long lease's average is the answer.
+    """
+    if long_steps > short_steps:
+        per_step = (long_s - short_s) / (long_steps - short_steps)
+        if per_step > 0:
+            return per_step
+    return long_s / long_steps
+
+
+def _checked(run: LeaseRun, start: int, steps: int, what: str) -> dict[str, float]:
+    """The lease's report, if it trained exactly the steps it was given."""
+    report = run.report
+    if (int(report["start_step"]), int(report["end_step"])) != (start, start + steps) or report[
+        "seconds"
+    ] <= 0:
+        raise ProfileError(
+            f"{what}: expected steps {start}..{start + steps}, the job reported"
+            f" {report['start_step']}..{report['end_step']} in {report['seconds']} s"
+        )
+    return report
+
+
+def run_job_lease(
+    job_type: str,
+    scale_factor: int,
+    worker: RealWorker,
+    threads: int,
+    workdir: Path,
+    max_steps: int,
+    total_steps: int,
+    seed: int,
+) -> LeaseRun:
+    """Start the job process for one lease (torchrun with ``scale_factor`` ranks when > 1) and wait."""
+    report_path = workdir / "report.json"
+    report_path.unlink(missing_ok=True)  # a stale report must not pass for this lease's
+    job_args = [
+        "-m", "runtime.job_main",
+        "--job-type", job_type,
+        "--checkpoint", str(workdir / "checkpoint.pt"),
+        "--report", str(report_path),
+        "--max-steps", str(max_steps),
+        "--max-seconds", str(_LEASE_SECONDS),
+        "--total-steps", str(total_steps),
+        "--device", worker.device,
+        "--slowdown", repr(worker.slowdown),
+        "--seed", str(seed),
+    ]  # fmt: skip
+    launcher = [sys.executable]
+    if scale_factor > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(scale_factor)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    if worker.device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, (worker.cuda_devices or [])[:scale_factor]))
+    else:
+        env["OMP_NUM_THREADS"] = str(threads)  # per rank, as the real backend gives each CPU worker
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [*launcher, *job_args], env=env, capture_output=True, text=True, timeout=_PROCESS_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        raise ProfileError(
+            f"{job_type} x{scale_factor}: the job process ran past {_PROCESS_TIMEOUT_S} s"
+        ) from None
+    wall_s = time.perf_counter() - started
+    if done.returncode != 0 or not report_path.is_file():
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise ProfileError(
+            f"{job_type} x{scale_factor} on {worker.device}: the job process exited with status"
+            f" {done.returncode}{'' if report_path.is_file() else ' and wrote no report'}:\n{tail}"
+        )
+    return LeaseRun(json.loads(report_path.read_text()), wall_s)
+
+
+# ------------------------------------------------------------------------------------------ output
+def default_output(scenario_path: str | Path) -> Path:
+    """``<scenario-stem>.throughputs.csv`` next to the scenario file."""
+    path = Path(scenario_path)
+    return path.with_name(f"{path.stem}.throughputs.csv")
+
+
+def overheads_path(throughputs_csv: Path) -> Path:
+    """The overhead CSV beside a throughput CSV: ``x.throughputs.csv`` -> ``x.overheads.csv``."""
+    name = throughputs_csv.name
+    stem = (
+        name.removesuffix(".throughputs.csv") if name.endswith(".throughputs.csv") else throughputs_csv.stem
+    )
+    return throughputs_csv.with_name(f"{stem}.overheads.csv")
+
+
+def check_output(out: Path) -> None:
+    """Fail before profiling, not after minutes of it, when the results could not be written."""
+    if out.suffix.lower() != ".csv":
+        raise InputError(
+            f"--out {out}", "the throughput table must be a .csv file (the simulator reads it by suffix)"
+        )
+    for path in (out, overheads_path(out)):
+        if path.is_dir():
+            raise InputError(f"--out {out}", f"{path} is a folder")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise InputError(f"--out {out}", f"cannot create files under {parent}")
+
+
+def write_profile(rows: Sequence[ProfileRow], out: Path) -> tuple[Path, Path]:
+    """Write the throughput CSV at ``out`` and the overhead CSV beside it; returns both paths.
+
+    Both files are complete before either is renamed into place, so a crash leaves the previous pair
+    (not a table without its overheads, or a half-written table a simulation would read).
+    """
+    throughputs = [(r.job_type, r.scale_factor, r.worker_type, _number(r.throughput)) for r in rows]
+    overheads = [
+        (
+            r.job_type,
+            r.scale_factor,
+            r.worker_type,
+            *map(_number, (r.load_s, r.save_s, r.startup_s, r.step_s)),
+        )
+        for r in rows
+    ]
+    targets = [(out, THROUGHPUT_COLUMNS, throughputs), (overheads_path(out), OVERHEAD_COLUMNS, overheads)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, header, body in targets:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((tmp, path))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(_csv_text(header, body))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+    return out, overheads_path(out)
+
+
+def _number(value: float) -> str:
+    return f"{value:.6g}"  # measurements carry no more than a few significant digits
+
+
+def _csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()

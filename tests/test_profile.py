@@ -1,0 +1,148 @@
+"""Profiling a scenario on real (CPU) workers: the table the simulator reads, and refusals of bad input."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from clustertwin.cli import main  # noqa: E402
+from runtime import profile  # noqa: E402
+from scenarios.errors import InputError  # noqa: E402
+from scenarios.gavel_workload import cluster_layout, load_table  # noqa: E402
+from scenarios.load import load_scenario  # noqa: E402
+from traces.gavel_throughputs import ThroughputTable  # noqa: E402
+
+RESNET, LM = "ResNet-18 (batch size 32)", "LM (batch size 20)"
+
+# The scenario names its throughput table before it exists: profiling is what writes it, at the default
+# output path, so the same file then loads for a simulation.
+SCENARIO = """\
+name: tiny-real
+kind: gavel
+cluster:
+  gpus: {fast: 1, slow: 1}
+  gpus_per_server: 1
+throughputs: tiny.throughputs.csv
+workload:
+  trace: tiny.trace
+policy:
+  name: las
+real:
+  workers:
+    fast: {device: cpu}
+    slow: {device: cpu, slowdown: 3.0}
+  threads_per_cpu_worker: 1
+"""
+
+
+def _trace_row(job_type: str, steps: int, arrival: float) -> str:
+    cells = [job_type, "python3 main.py", "wd", "--num_steps", "0", str(steps), "1", "1", "-1", str(arrival)]
+    return "\t".join(cells) + "\n"
+
+
+def write_scenario(folder: Path, text: str = SCENARIO) -> Path:
+    # Three rows, two (type, scale factor) pairs: a repeated job type is profiled once.
+    rows = [_trace_row(RESNET, 100, 0), _trace_row(LM, 200, 10), _trace_row(RESNET, 50, 20)]
+    (folder / "tiny.trace").write_text("".join(rows))
+    path = folder / "tiny.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_profile_writes_a_table_the_simulator_loads(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path)
+    scenario = profile.load_for_profiling(path)  # its throughputs file does not exist yet
+    calls: list[float] = []
+    rows = profile.profile_scenario(scenario, steps=6, warmup_steps=2, progress=lambda f, _: calls.append(f))
+    assert calls[-1] == 1.0 and calls == sorted(calls)
+    out, overheads = profile.write_profile(rows, profile.default_output(path))
+    assert (out.name, overheads.name) == ("tiny.throughputs.csv", "tiny.overheads.csv")
+
+    table = ThroughputTable.from_csv(out)
+    pairs = {(r.job_type, r.worker_type) for r in rows}
+    assert pairs == {(t, w) for t in (RESNET, LM) for w in ("fast", "slow")} and len(rows) == 4
+    for job_type in (RESNET, LM):
+        fast, slow = (table.isolated(job_type, 1, w) for w in ("fast", "slow"))
+        assert slow > 0 and fast / slow >= 1.8, (job_type, fast, slow)
+
+    with overheads.open() as f:
+        measured = list(csv.DictReader(f))
+    assert len(measured) == 4
+    for row in measured:
+        for column in ("load_s", "save_s", "startup_s", "step_s"):
+            assert float(row[column]) > 0, (row, column)
+        # Start-up is at least a whole interpreter plus `import torch`.
+        assert float(row["startup_s"]) > 0.2
+    for r in rows:
+        assert r.step_s == pytest.approx(1 / r.throughput)
+    print("\nprofile:", *(f"{r.job_type}/{r.worker_type}: {r} " for r in rows), sep="\n  ")
+
+    # Now the scenario loads as written, and the simulator's layout takes its worker types from it.
+    reloaded = load_scenario(path)
+    assert set(cluster_layout(reloaded, load_table(reloaded)).worker_types) == {"fast", "slow"}
+
+
+def test_steady_step_time_cancels_the_first_steps_one_time_cost() -> None:
+    # Both leases pay 2 s once, then 0.1 s a step.
+    assert profile.steady_step_s(2.0 + 3 * 0.1, 3, 2.0 + 30 * 0.1, 30) == pytest.approx(0.1)
+    # No usable difference (noise made the long lease faster, or equal lengths): the plain average.
+    assert profile.steady_step_s(5.0, 3, 3.0, 30) == pytest.approx(0.1)
+    assert profile.steady_step_s(1.0, 5, 1.5, 5) == pytest.approx(0.3)
+
+
+def test_missing_real_section_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = SCENARIO.split("real:")[0].replace("tiny.throughputs.csv", "simulation")
+    path = write_scenario(tmp_path, text)
+    with pytest.raises(InputError, match="field real"):
+        profile.plan(profile.load_for_profiling(path))
+    assert main(["profile", str(path), "--steps", "2"]) == 2
+    assert "field real" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.csv"))
+
+
+def test_cuda_worker_without_cuda_is_an_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    text = SCENARIO.replace("fast: {device: cpu}", "fast: {device: cuda, cuda_devices: [0]}")
+    with pytest.raises(InputError, match="no CUDA device"):
+        profile.plan(profile.load_for_profiling(write_scenario(tmp_path, text)))
+
+
+def test_unknown_job_type_and_other_errors_fail_before_any_job_runs(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path)
+    (tmp_path / "tiny.trace").write_text(_trace_row("GPT-5 (batch size 1)", 10, 0))
+    with pytest.raises(InputError, match="no runtime workload"):
+        profile.plan(profile.load_for_profiling(path))
+    # A broken scenario is reported for what is really wrong, not for the missing table.
+    with pytest.raises(InputError, match="policy"):
+        profile.load_for_profiling(path, ["policy=7"])
+
+
+def test_jobs_larger_than_a_type_are_skipped(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path)
+    (tmp_path / "tiny.trace").write_text(_trace_row(LM, 10, 0).replace("\t1\t1\t-1", "\t2\t1\t-1"))
+    todo, skipped = profile.plan(profile.load_for_profiling(path, ["cluster.gpus.fast=2"]))
+    assert todo == [(LM, 2, "fast")] and skipped == [(LM, 2, "slow")]
+
+
+def test_cli_profile_writes_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command wiring, with the measurement faked (the real one is tested above)."""
+
+    def fake_measure(job_type, scale_factor, worker_type, worker, **_) -> profile.ProfileRow:
+        rate = 10.0 / worker.slowdown
+        return profile.ProfileRow(job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate)
+
+    monkeypatch.setattr(profile, "measure", fake_measure)
+    path = write_scenario(tmp_path)
+    out = tmp_path / "out" / "measured.csv"
+    assert main(["profile", str(path), "--out", str(out), "--set", "real.workers.slow.slowdown=2.0"]) == 0
+    table = ThroughputTable.from_csv(out)
+    assert table.isolated(LM, 1, "slow") == pytest.approx(5.0)
+    assert (tmp_path / "out" / "measured.overheads.csv").is_file()
+    assert main(["profile", str(path), "--steps", "0"]) == 2
+    assert main(["profile", str(path), "--out", str(tmp_path / "t.json")]) == 2

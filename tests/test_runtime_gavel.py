@@ -1,0 +1,106 @@
+"""Gavel for real on CPU workers: rounds, preemption and resume, and faults (killed agents and jobs)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+
+from clustertwin.cli import main  # noqa: E402
+from runtime.gavel import RealGavel  # noqa: E402
+from scenarios.load import load_scenario  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def check_steps_conserved(jobs: pd.DataFrame, rounds: pd.DataFrame) -> None:
+    """Every finished job made exactly its steps: none lost, none counted twice."""
+    made = rounds.groupby("job_id")["steps"].sum()
+    for row in jobs.itertuples():
+        assert row.completion_s == row.completion_s, f"job {row.job_id} did not finish"
+        assert made[row.job_id] == row.total_steps == row.steps_done
+
+
+def test_real_cpu_run_preempts_resumes_and_matches_the_table_contract(tmp_path: Path) -> None:
+    """The acceptance run: >=4 jobs on 2 worker types through >=3 rounds, with preemption and resume."""
+    out = tmp_path / "real"
+    assert main(["run", str(ROOT / "scenarios/gavel-real-cpu.yaml"), "--backend", "real", "--out", str(out),
+                 "--quiet", "--no-plots"]) == 0  # fmt: skip
+    jobs = pd.read_parquet(out / "jobs.parquet")
+    rounds = pd.read_parquet(out / "rounds.parquet")
+    assert len(jobs) >= 4 and rounds["round"].nunique() >= 3
+    assert set(rounds["worker_type"]) == {"cpu", "cpu_slow"}
+    check_steps_conserved(jobs, rounds)
+    # Preempted and resumed: some job sat out a round before its last one, or moved between types.
+    resumed = False
+    for _, mine in rounds.groupby("job_id"):
+        ran = sorted(mine["round"])
+        gaps = any(b - a > 1 for a, b in zip(ran, ran[1:], strict=False))
+        resumed |= gaps or mine["worker_type"].nunique() > 1
+    assert resumed
+    assert main(["run", str(ROOT / "scenarios/gavel-real-cpu.yaml"), "--backend", "sim", "--out",
+                 str(tmp_path / "sim"), "--quiet", "--no-plots"]) == 0  # fmt: skip
+    assert main(["compare", str(tmp_path / "sim"), str(out)]) == 0
+
+
+def _kill_when(predicate, action, stop: threading.Event) -> threading.Thread:
+    def watch() -> None:
+        while not stop.is_set():
+            if predicate():
+                action()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.trace"
+    trace.write_text("".join(
+        f"{t}\tcmd\t.\t--steps\t0\t{steps}\t1\t1\t-1\t0\n"
+        for t, steps in [("LM (batch size 20)", 500), ("Recommendation (batch size 512)", 900),
+                         ("LM (batch size 40)", 400)]
+    ))  # fmt: skip
+    scenario = load_scenario(
+        ROOT / "scenarios/gavel-real-cpu.yaml",
+        [f"workload.trace={trace}", "mechanism.round_s=6", "mechanism.preemption_overhead_s=2",
+         "real.grace_s=6"],
+    )  # fmt: skip
+    real = RealGavel(scenario, tmp_path / "work")
+    stop = threading.Event()
+
+    def plan_published(r: int) -> bool:
+        control = getattr(real, "control", None)
+        return control is not None and any(control.has(f"plan/{r}/{a.name}") for a in real.agents)
+
+    def kill_agent() -> None:
+        time.sleep(2.0)  # mid-round: its jobs are running
+        busy = [a for a in real.agents if real.control.get(f"plan/1/{a.name}")["jobs"]]
+        os.kill(busy[0].process.pid, signal.SIGKILL)
+
+    def kill_a_job() -> None:
+        time.sleep(3.0)
+        pids = subprocess.run(["pgrep", "-f", "runtime.job_main"], capture_output=True, text=True).stdout.split()
+        if pids:
+            os.kill(int(pids[0]), signal.SIGKILL)
+
+    _kill_when(lambda: plan_published(1), kill_agent, stop)
+    _kill_when(lambda: plan_published(3), kill_a_job, stop)
+    try:
+        result = real.run()
+    finally:
+        stop.set()
+    events = result.tables["events"]
+    assert "agent_lost" in set(events["kind"])
+    assert "job_failed" in set(events["kind"])
+    check_steps_conserved(result.tables["jobs"], result.tables["rounds"])
