@@ -90,7 +90,9 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
 
     def kill_a_job() -> None:
         time.sleep(3.0)
-        pids = subprocess.run(["pgrep", "-f", "runtime.job_main"], capture_output=True, text=True).stdout.split()
+        pids = subprocess.run(
+            ["pgrep", "-f", "runtime.job_main"], capture_output=True, text=True
+        ).stdout.split()
         if pids:
             os.kill(int(pids[0]), signal.SIGKILL)
 
