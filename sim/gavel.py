@@ -134,9 +134,13 @@ class GavelSimulation:
         rate = self._slot_rates(plan, combo, jobs, types)
         ran_before = np.zeros(len(plan), dtype=bool)
         np.logical_or.at(ran_before, combo, self.has_run[jobs])
-        overhead = np.where(
-            ~plan.renewed & ran_before, min(self.mechanism.preemption_overhead_s, length), 0.0
-        )
+        if self.mechanism.overhead_every_round:
+            charged = np.ones(len(plan), dtype=bool)
+        else:
+            charged = ~plan.renewed & ran_before
+        per_type = np.zeros(len(self.layout.worker_types))
+        per_type[: len(self.mechanism.preemption_overhead_s)] = self.mechanism.preemption_overhead_s
+        overhead = np.where(charged, np.minimum(per_type[plan.worker_types], length), 0.0)
         run = length - overhead[combo]
         left = self.remaining[jobs]
         finishes = (rate > 0) & (rate * run >= left)
