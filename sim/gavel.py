@@ -100,7 +100,7 @@ class GavelSimulation:
             delay = job.spec.arrival_s - self.env.now
             if delay > 0:
                 yield self.env.timeout(delay)
-            yield self.arrived.put(job)
+            self.arrived.put(job)  # an unbounded store takes it at once: same-time arrivals land together
             self.num_arrived += 1
 
     def rounds(self):

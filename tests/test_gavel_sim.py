@@ -225,3 +225,17 @@ def test_estimated_colocation_plans_pairs_and_moves_jobs_at_true_speeds(tmp_path
     result = run_scenario(scen)
     check_invariants(result.tables, dict(scen.cluster.gpus), scen.mechanism.round_s)
     assert (result.tables["rounds"]["shared_with"] >= 0).any()
+
+
+def test_every_round_overhead_is_charged_per_worker_type(tmp_path: Path) -> None:
+    """A runtime that restarts jobs each round loses the type's overhead in every round, not only on
+    preemption; a job makes proportionally fewer steps in the round."""
+    rows = [TRACE_LINE.format(steps=10**6, sf=1, arrival=0) for _ in range(2)]
+    path = scenario(tmp_path, trace_file(tmp_path, rows), gpus="{v100: 1, k80: 1}")
+    path.write_text(path.read_text().replace("gpus_per_server: 4", "gpus_per_server: 1"))
+    overhead = ["mechanism.overhead_model=every_round", "mechanism.preemption_overhead_s={v100: 36, k80: 0}"]
+    free = run_scenario(load_scenario(path)).tables["rounds"]
+    costly = run_scenario(load_scenario(path, overhead)).tables["rounds"]
+    a = free[free["round"] == 0].set_index("worker_type")["steps"]
+    b = costly[costly["round"] == 0].set_index("worker_type")["steps"]
+    assert np.isclose(b["v100"], 0.9 * a["v100"]) and np.isclose(b["k80"], a["k80"])
