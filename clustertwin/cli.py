@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -137,8 +138,10 @@ def _run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     verb = "running" if args.backend == "real" else "simulating"
+    partial = out.with_name(out.name + ".partial")
+    extra = {"snapshot_dir": partial} if args.backend == "real" else {}
     with progress_bar(f"{verb} {scenario.name}", quiet=args.quiet) as progress:
-        result = run_scenario(scenario, progress=progress)
+        result = run_scenario(scenario, progress=progress, **extra)
     result.info.setdefault("wall_s", time.perf_counter() - started)
     check_tables(result)
     metrics = gavel_metrics(result, scenario.cluster.gpus, scenario.cluster.prices)
@@ -151,6 +154,8 @@ def _run(args: argparse.Namespace) -> int:
         metrics=metrics,
         plots=not args.no_plots,
     )
+    if partial.exists():  # the complete folder now holds everything the snapshots did
+        shutil.rmtree(partial)
     if not args.quiet:
         Console().print(_headline(metrics, result.info))
     print(folder)

@@ -53,10 +53,15 @@ class Agent:
 
 
 class RealGavel:
-    def __init__(self, scenario: Scenario, workdir: Path, progress=None) -> None:
+    def __init__(
+        self, scenario: Scenario, workdir: Path, progress=None, snapshot_dir: Path | None = None
+    ) -> None:
+        """``snapshot_dir``: where the event tables so far are rewritten after every round, so that a run
+        killed part-way keeps what it finished (the final, complete folder is written by the caller)."""
         if scenario.real is None:
             raise InputError(f"{scenario.source}: field real", "the real backend needs a `real:` section")
         self.scenario, self.workdir, self.progress = scenario, workdir, progress
+        self.snapshot_dir = snapshot_dir
         table = load_table(scenario)
         self.layout: ClusterLayout = cluster_layout(scenario, table)
         jobs, origin = trace_jobs(scenario, table)
@@ -156,6 +161,8 @@ class RealGavel:
                 continue
             self._run_round(round_index, plan)
             round_index += 1
+            if self.snapshot_dir is not None:
+                self._snapshot()
             if self.progress is not None:
                 self.progress(len(self.completion) / len(self.jobs), f"round {round_index}")
 
@@ -271,6 +278,14 @@ class RealGavel:
 
     # --- tables -------------------------------------------------------------------------------------
 
+    def _snapshot(self) -> None:
+        assert self.snapshot_dir is not None
+        self.snapshot_dir.mkdir(parents=True, exist_ok=True)
+        for name, table in self._tables().items():
+            tmp = self.snapshot_dir / f".{name}.parquet.tmp"
+            table.to_parquet(tmp, index=False)
+            os.replace(tmp, self.snapshot_dir / f"{name}.parquet")
+
     def _tables(self) -> dict[str, pd.DataFrame]:
         specs = [j.spec for j in sorted(self.jobs, key=lambda j: j.spec.job_id)]
         ids = [s.job_id for s in specs]
@@ -294,8 +309,10 @@ class RealGavel:
         return {"jobs": jobs, "rounds": rounds, "events": events}
 
 
-def run(scenario: Scenario, progress=None, workdir: Path | None = None) -> RunResult:
+def run(
+    scenario: Scenario, progress=None, workdir: Path | None = None, snapshot_dir: Path | None = None
+) -> RunResult:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="clustertwin-real-") as tmp:
-        return RealGavel(scenario, workdir or Path(tmp), progress).run()
+        return RealGavel(scenario, workdir or Path(tmp), progress, snapshot_dir).run()

@@ -76,7 +76,7 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
         [f"workload.trace={trace}", "mechanism.round_s=6", "mechanism.preemption_overhead_s=2",
          "real.grace_s=6"],
     )  # fmt: skip
-    real = RealGavel(scenario, tmp_path / "work")
+    real = RealGavel(scenario, tmp_path / "work", snapshot_dir=tmp_path / "partial")
     stop = threading.Event()
 
     def plan_published(r: int) -> bool:
@@ -106,3 +106,6 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
     assert "agent_lost" in set(events["kind"])
     assert "job_failed" in set(events["kind"])
     check_steps_conserved(result.tables["jobs"], result.tables["rounds"])
+    # After every round the tables so far were rewritten: the last snapshot holds every round.
+    snapshot = pd.read_parquet(tmp_path / "partial" / "rounds.parquet")
+    assert len(snapshot) == len(result.tables["rounds"])
