@@ -57,7 +57,7 @@ def test_profile_writes_a_table_the_simulator_loads(tmp_path: Path) -> None:
     path = write_scenario(tmp_path)
     scenario = profile.load_for_profiling(path)  # its throughputs file does not exist yet
     calls: list[float] = []
-    rows = profile.profile_scenario(scenario, steps=6, warmup_steps=2, progress=lambda f, _: calls.append(f))
+    rows = profile.profile_scenario(scenario, steps=24, warmup_steps=2, progress=lambda f, _: calls.append(f))
     assert calls[-1] == 1.0 and calls == sorted(calls)
     out, overheads = profile.write_profile(rows, profile.default_output(path))
     assert (out.name, overheads.name) == ("tiny.throughputs.csv", "tiny.overheads.csv")
