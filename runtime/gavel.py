@@ -10,7 +10,8 @@ finished step is counted twice or lost. Measured throughputs feed the policy, sm
 
 Every round restarts each job's process (checkpoint load and save included); lease renewal that keeps a
 process alive across rounds is not implemented yet, so the simulator of a real run charges the measured
-overhead every round (``mechanism.overhead_model: every_round``).
+overhead every round (``mechanism.overhead_model: every_round``). The scheduler learns each worker type's
+real overhead as it goes and shortens leases by it, so that rounds keep their length.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class RealGavel:
         self.completion: dict[int, float] = {}
         self.first_start: dict[int, float] = {}
         self.known_step: dict[int, int] = {j.spec.job_id: 0 for j in self.jobs}
+        # What a round really loses per worker type (start-up, load, save), learned from the leases that
+        # ran their full time, so that a lease plus its overhead fills the round as the simulator assumes.
+        self.overhead: dict[str, float] = {t: scenario.overhead_s(t) for t in self.layout.worker_types}
 
     # --- set-up -------------------------------------------------------------------------------------
 
@@ -182,7 +186,7 @@ class RealGavel:
             per_agent[agent.name].append({
                 "job_id": job_id, "job_type": spec.job_type, "slots": [g - server * k for g in gpus],
                 "max_steps": int(spec.total_steps) - self.known_step[job_id],
-                "max_seconds": max(m.round_s - self.scenario.overhead_s(self.layout.worker_types[j]), 1.0),
+                "max_seconds": max(m.round_s - self.overhead[self.layout.worker_types[j]], 1.0),
                 "total_steps": int(spec.total_steps), "seed": self.scenario.seed,
                 "checkpoint": str(self.workdir / "checkpoints" / f"job{job_id}.pt"),
                 "report": str(self.workdir / "reports" / f"job{job_id}.json"),
@@ -223,6 +227,10 @@ class RealGavel:
                 job_end = start + float(outcome["elapsed_s"])
                 if report["seconds"] > 0 and report["end_step"] > report["start_step"]:
                     self.scheduler.observe_throughput(job_id, j, report["throughput"], THROUGHPUT_SMOOTHING)
+                if report["end_step"] < by_id[job_id].spec.total_steps:  # the lease ran its full time
+                    lost = float(outcome["elapsed_s"]) - float(report["seconds"])
+                    name = self.layout.worker_types[j]
+                    self.overhead[name] += THROUGHPUT_SMOOTHING * (lost - self.overhead[name])
             self.first_start.setdefault(job_id, start)
             seconds[i] = job_end - start
             steps[job_id] = float(made)
