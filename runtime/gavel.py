@@ -33,7 +33,7 @@ from policies.registry import make_policy
 from runtime.agent import die_with_parent
 from runtime.control import ControlPlane
 from scenarios.errors import InputError
-from scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
+from scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, jobs_table, load_table, trace_jobs
 from scenarios.results import GAVEL_TABLES, RunResult
 from scenarios.schema import Scenario
 
@@ -295,22 +295,8 @@ class RealGavel:
             os.replace(tmp, self.snapshot_dir / f"{name}.parquet")
 
     def _tables(self) -> dict[str, pd.DataFrame]:
-        specs = [j.spec for j in sorted(self.jobs, key=lambda j: j.spec.job_id)]
-        ids = [s.job_id for s in specs]
         scale = self.scenario.real.time_scale if self.scenario.real else 1.0
-        jobs = pd.DataFrame({
-            "job_id": np.array(ids, dtype=np.int64),
-            "job_type": [s.job_type for s in specs],
-            "scale_factor": np.array([s.scale_factor for s in specs], dtype=np.int64),
-            "weight": np.array([s.weight for s in specs], dtype=float),
-            "arrival_s": np.array([s.arrival_s / scale for s in specs], dtype=float),
-            "first_start_s": np.array([self.first_start.get(m, np.nan) for m in ids]),
-            "completion_s": np.array([self.completion.get(m, np.nan) for m in ids]),
-            "total_steps": np.array([s.total_steps for s in specs], dtype=float),
-            "steps_done": np.array([float(self.known_step[m]) for m in ids]),
-            "slo_deadline_s": np.array([s.slo_deadline_s for s in specs], dtype=float),
-            "in_window": np.array([j.in_window for j in sorted(self.jobs, key=lambda j: j.spec.job_id)]),
-        })  # fmt: skip
+        jobs = jobs_table(self.jobs, self.first_start, self.completion, self.known_step, scale)
         rounds = pd.DataFrame(self.round_rows, columns=list(GAVEL_TABLES["rounds"]))
         events = pd.DataFrame(self.event_rows, columns=list(GAVEL_TABLES["events"]))
         rounds, events = rounds.astype(GAVEL_TABLES["rounds"]), events.astype(GAVEL_TABLES["events"])

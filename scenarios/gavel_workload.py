@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from policies.gavel.cluster import ClusterLayout
 from policies.gavel.scheduler import JobSpec
@@ -99,3 +100,32 @@ def gavel_jobs(
         )
         result.append(GavelJob(spec, np.where(runnable, spread_row, 0.0), window[0] <= job_id < window[1]))
     return result
+
+
+def jobs_table(
+    jobs: list[GavelJob],
+    first_start: dict[int, float],
+    completion: dict[int, float],
+    steps_done: dict[int, float],
+    arrival_scale: float = 1.0,
+) -> pd.DataFrame:
+    """The ``jobs`` event table (``scenarios.results.GAVEL_TABLES``), the same from either executor.
+
+    ``arrival_scale`` divides trace arrival times (a real run may compress its trace).
+    """
+    ordered = sorted(jobs, key=lambda j: j.spec.job_id)
+    specs = [j.spec for j in ordered]
+    ids = [s.job_id for s in specs]
+    return pd.DataFrame({
+        "job_id": np.array(ids, dtype=np.int64),
+        "job_type": [s.job_type for s in specs],
+        "scale_factor": np.array([s.scale_factor for s in specs], dtype=np.int64),
+        "weight": np.array([s.weight for s in specs], dtype=float),
+        "arrival_s": np.array([s.arrival_s / arrival_scale for s in specs], dtype=float),
+        "first_start_s": np.array([first_start.get(m, np.nan) for m in ids], dtype=float),
+        "completion_s": np.array([completion.get(m, np.nan) for m in ids], dtype=float),
+        "total_steps": np.array([s.total_steps for s in specs], dtype=float),
+        "steps_done": np.array([float(steps_done[m]) for m in ids], dtype=float),
+        "slo_deadline_s": np.array([s.slo_deadline_s for s in specs], dtype=float),
+        "in_window": np.array([j.in_window for j in ordered], dtype=bool),
+    })  # fmt: skip

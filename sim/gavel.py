@@ -22,7 +22,7 @@ import simpy
 from policies.gavel.cluster import ClusterLayout
 from policies.gavel.scheduler import GavelScheduler, JobSpec, RoundPlan, SchedulerConfig
 from policies.registry import AllocationPolicy
-from scenarios.gavel_workload import GavelJob
+from scenarios.gavel_workload import GavelJob, jobs_table
 
 Progress = Callable[[float, str], None]
 
@@ -321,24 +321,8 @@ class GavelSimulation:
         return self.tables()
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        specs = [job.spec for job in sorted(self.jobs, key=lambda j: j.spec.job_id)]
-        ids = np.array([s.job_id for s in specs], dtype=np.int64)
-        total = np.array([s.total_steps for s in specs], dtype=float)
-        jobs = pd.DataFrame(
-            {
-                "job_id": ids,
-                "job_type": [s.job_type for s in specs],
-                "scale_factor": np.array([s.scale_factor for s in specs], dtype=np.int64),
-                "weight": np.array([s.weight for s in specs], dtype=float),
-                "arrival_s": np.array([s.arrival_s for s in specs], dtype=float),
-                "first_start_s": np.array([self.first_start.get(int(m), np.nan) for m in ids]),
-                "completion_s": np.array([self.completion.get(int(m), np.nan) for m in ids]),
-                "total_steps": total,
-                "steps_done": total - self.remaining[ids] if len(ids) else total,
-                "slo_deadline_s": np.array([s.slo_deadline_s for s in specs], dtype=float),
-                "in_window": np.array([self.by_id[int(m)].in_window for m in ids], dtype=bool),
-            }
-        )
+        steps = {j.spec.job_id: j.spec.total_steps - self.remaining[j.spec.job_id] for j in self.jobs}
+        jobs = jobs_table(self.jobs, self.first_start, self.completion, steps)
         columns = (
             [
                 np.concatenate(parts) if self.round_chunks else np.zeros(0)
