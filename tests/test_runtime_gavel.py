@@ -86,22 +86,26 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
     def kill_agent() -> None:
         time.sleep(2.0)  # mid-round: its jobs are running
         busy = [a for a in real.agents if real.control.get(f"plan/1/{a.name}")["jobs"]]
-        os.kill(busy[0].process.pid, signal.SIGKILL)
+        if busy and not stop.is_set():
+            os.kill(busy[0].process.pid, signal.SIGKILL)
 
     def kill_a_job() -> None:
         time.sleep(3.0)
-        pids = subprocess.run(
-            ["pgrep", "-f", "runtime.job_main"], capture_output=True, text=True
-        ).stdout.split()
-        if pids:
+        # Only this run's job processes (their checkpoints live under its work folder), and only while
+        # the run is on: a stray kill must never reach another test's processes.
+        found = subprocess.run(["pgrep", "-f", str(tmp_path / "work")], capture_output=True, text=True)
+        pids = found.stdout.split()
+        if pids and not stop.is_set():
             os.kill(int(pids[0]), signal.SIGKILL)
 
-    _kill_when(lambda: plan_published(1), kill_agent, stop)
-    _kill_when(lambda: plan_published(3), kill_a_job, stop)
+    watchers = [_kill_when(lambda: plan_published(1), kill_agent, stop),
+                _kill_when(lambda: plan_published(3), kill_a_job, stop)]  # fmt: skip
     try:
         result = real.run()
     finally:
         stop.set()
+        for watcher in watchers:
+            watcher.join()
     events = result.tables["events"]
     assert "agent_lost" in set(events["kind"])
     assert "job_failed" in set(events["kind"])
