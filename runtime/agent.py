@@ -2,9 +2,11 @@
 
 ``python -m runtime.agent --control HOST:PORT --agent ID --device cpu|cuda --slots K ...``
 
-Each round it reads its plan, starts one job process per placed job (``runtime.job_main``; under torchrun
-when the job has several ranks, with ``CUDA_VISIBLE_DEVICES`` naming its GPUs on a cuda server), waits for
-them until the round's deadline plus a grace period, kills stragglers, and posts what happened. Job
+Each round it reads its plan. A job placed afresh gets a new process (``runtime.job_main``; under torchrun
+when the job has several ranks, with ``CUDA_VISIBLE_DEVICES`` naming its GPUs on a cuda server); a job whose
+lease the scheduler renewed keeps the process it has, which already holds its next lease. The agent waits
+for every lease's report until the round's deadline plus a grace period, kills stragglers, and posts what
+happened. Processes not renewed were told by the scheduler to save and exit; the agent reaps them. Job
 processes die with their agent (Linux parent-death signal), so a killed agent leaves no orphan that could
 write a checkpoint behind the scheduler's back.
 """
@@ -13,16 +15,16 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from runtime.control import POLL_S, ControlPlane
+
+RETIRE_S = 30.0  # how long a process told to stop may take to save and exit before it is killed
 
 
 def die_with_parent() -> None:
@@ -31,10 +33,10 @@ def die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)
 
 
-def job_command(job: dict[str, Any], device: str, slowdown: float) -> list[str]:
+def job_command(job: dict[str, Any], device: str, slowdown: float, control: str) -> list[str]:
     args = [
-        "--job-type", job["job_type"], "--checkpoint", job["checkpoint"], "--report", job["report"],
-        "--max-steps", str(job["max_steps"]), "--max-seconds", str(job["max_seconds"]),
+        "--job-type", job["job_type"], "--checkpoint", job["checkpoint"], "--control", control,
+        "--key", job["key"], "--max-steps", str(job["max_steps"]), "--max-seconds", str(job["max_seconds"]),
         "--total-steps", str(job["total_steps"]), "--device", device, "--slowdown", str(slowdown),
         "--seed", str(job["seed"]),
     ]  # fmt: skip
@@ -45,34 +47,77 @@ def job_command(job: dict[str, Any], device: str, slowdown: float) -> list[str]:
     return [*launcher, "-m", "runtime.job_main", *args]
 
 
-def run_round(plan: dict[str, Any], opts: argparse.Namespace) -> list[dict[str, Any]]:
-    """Start every job of the plan, wait for them (or kill them at the deadline), return their outcomes."""
-    started = time.monotonic()
-    running = []
-    for job in plan["jobs"]:
+class Worker:
+    """The job processes of one server, kept alive across the rounds their leases are renewed."""
+
+    def __init__(self, opts: argparse.Namespace, control: ControlPlane) -> None:
+        self.opts, self.control = opts, control
+        self.live: dict[str, subprocess.Popen] = {}  # by the process's key prefix
+
+    def _start(self, job: dict[str, Any]) -> subprocess.Popen:
+        opts = self.opts
         env = {**os.environ, "OMP_NUM_THREADS": str(opts.threads)}
         if opts.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(opts.cuda_devices[s]) for s in job["slots"])
-        Path(job["report"]).unlink(missing_ok=True)
-        process = subprocess.Popen(
-            job_command(job, opts.device, opts.slowdown), env=env, preexec_fn=die_with_parent,
-            stdout=subprocess.DEVNULL, stderr=open(job["report"] + ".log", "w"),  # noqa: SIM115
+        address = f"{self.control.host}:{self.control.port}"
+        return subprocess.Popen(
+            job_command(job, opts.device, opts.slowdown, address), env=env, preexec_fn=die_with_parent,
+            stdout=subprocess.DEVNULL, stderr=open(job["log"], "a"),  # noqa: SIM115
         )  # fmt: skip
-        running.append((job, process))
-    deadline = started + plan["deadline_s"]
-    outcomes = []
-    for job, process in running:
-        try:
-            code = process.wait(timeout=max(deadline - time.monotonic(), 0.0))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            code = process.wait()
-        report_path = Path(job["report"])
-        report = json.loads(report_path.read_text()) if code == 0 and report_path.is_file() else None
-        outcomes.append({
-            "job_id": job["job_id"], "exit": code, "elapsed_s": time.monotonic() - started, "report": report,
-        })  # fmt: skip
-    return outcomes
+
+    def _retire(self, keep: set[str]) -> None:
+        """Processes whose lease was not renewed were told to save and exit; make sure they are gone."""
+        for key in [k for k in self.live if k not in keep]:
+            process = self.live.pop(key)
+            try:
+                process.wait(timeout=RETIRE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def run_round(self, plan: dict[str, Any]) -> list[dict[str, Any]]:
+        """Start or renew every job of the plan; wait for each lease's report (or the process's end, or the
+        deadline, when it is killed); return the outcomes."""
+        started = time.monotonic()
+        self._retire({job["key"] for job in plan["jobs"] if job["renew"]})
+        outcomes: list[dict[str, Any]] = []
+        pending: dict[str, dict[str, Any]] = {}
+        for job in plan["jobs"]:
+            if job["renew"]:
+                process = self.live.get(job["key"])
+                if process is None or process.poll() is not None:  # died between rounds
+                    code = None if process is None else process.returncode
+                    outcomes.append({"job_id": job["job_id"], "exit": code, "elapsed_s": 0.0, "report": None})
+                    self.live.pop(job["key"], None)
+                    continue
+            else:
+                self.live[job["key"]] = self._start(job)
+            pending[job["key"]] = job
+        deadline = started + plan["deadline_s"]
+        while pending:
+            for key, job in list(pending.items()):
+                process = self.live[key]
+                report_key = f"{key}/report/{job['lease']}"
+                report = self.control.get(report_key) if self.control.has(report_key) else None
+                if report is None and process.poll() is None and time.monotonic() < deadline:
+                    continue
+                if report is None:  # it ended without a report, or ran past the deadline
+                    process.kill()
+                    process.wait()
+                if report is None or report["saved"]:  # failed, or finished and exiting by itself
+                    self.live.pop(key)
+                    try:
+                        process.wait(timeout=RETIRE_S)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait()
+                elapsed = time.monotonic() - started
+                outcomes.append({
+                    "job_id": job["job_id"], "exit": process.poll(), "elapsed_s": elapsed, "report": report,
+                })  # fmt: skip
+                del pending[key]
+            time.sleep(POLL_S)
+        return outcomes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     while not control.has(f"start/{opts.agent}"):
         time.sleep(POLL_S)
     round_index = control.get(f"start/{opts.agent}")
+    worker = Worker(opts, control)
     while True:
         key = f"plan/{round_index}/{opts.agent}"
         while not control.has(key):
@@ -99,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = control.get(key)
         if plan.get("stop"):
             return 0
-        control.put(f"done/{round_index}/{opts.agent}", run_round(plan, opts))
+        control.put(f"done/{round_index}/{opts.agent}", worker.run_round(plan))
         round_index += 1
 
 

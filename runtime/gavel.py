@@ -4,14 +4,17 @@ The decisions are the very ``policies.gavel.GavelScheduler`` the simulator drive
 wall-clock time, starts one agent per server (``runtime.agent``), publishes each round's placements through
 the control plane, and turns what the agents report into the same event tables the simulator writes.
 
-What a round credits is what the job's checkpoint holds: a job that fails or whose agent dies has made no
-progress past its last checkpoint, so a killed job is rescheduled from there in a later round and no
-finished step is counted twice or lost. Measured throughputs feed the policy, smoothed (as Gavel does).
+Leases are renewed as in Gavel (seed 001 §5.5): a job placed on the same workers as last round keeps its
+process, which trains on from memory; every other live process is told to save its checkpoint and exit
+before the round's plan goes out, so that no process loads a checkpoint that is still being written. The
+simulator of such a run charges the restart overhead to every lease that is not renewed
+(``mechanism.overhead_model: restart``). The scheduler learns each worker type's real overhead, started
+afresh and renewed, and shortens leases by it so that rounds keep their length.
 
-Every round restarts each job's process (checkpoint load and save included); lease renewal that keeps a
-process alive across rounds is not implemented yet, so the simulator of a real run charges the measured
-overhead every round (``mechanism.overhead_model: every_round``). The scheduler learns each worker type's
-real overhead as it goes and shortens leases by it, so that rounds keep their length.
+A round credits the steps each lease reports. A job whose process dies keeps only what its checkpoint holds:
+the steps since its last save are taken back from the rounds that credited them (``rolled_back`` events),
+and it is rescheduled from there, so no step is counted twice or lost. Measured throughputs feed the
+policy, smoothed (as Gavel does).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +42,17 @@ from scenarios.schema import Scenario
 
 THROUGHPUT_SMOOTHING = 0.5  # EMA weight of a new measurement (Gavel's artifact uses 0.5)
 AGENT_START_S = 120.0
+ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"])
+
+
+@dataclass
+class _Live:
+    """A job process that holds its workers between rounds, waiting for its next lease."""
+
+    agent: str
+    gpus: tuple[int, ...]
+    key: str  # its key prefix in the control plane
+    lease: int  # the index of its current lease
 
 
 class Agent:
@@ -83,10 +97,16 @@ class RealGavel:
         self.event_rows: list[tuple] = []
         self.completion: dict[int, float] = {}
         self.first_start: dict[int, float] = {}
-        self.known_step: dict[int, int] = {j.spec.job_id: 0 for j in self.jobs}
-        # What a round really loses per worker type (start-up, load, save), learned from the leases that
-        # ran their full time, so that a lease plus its overhead fills the round as the simulator assumes.
-        self.overhead: dict[str, float] = {t: scenario.overhead_s(t) for t in self.layout.worker_types}
+        self.known_step: dict[int, int] = {j.spec.job_id: 0 for j in self.jobs}  # credited so far
+        self.saved_step: dict[int, int] = {j.spec.job_id: 0 for j in self.jobs}  # in its checkpoint
+        self.live: dict[int, _Live] = {}  # jobs whose process holds their workers between rounds
+        self.lost_agents: set[str] = set()
+        # What a round really loses per worker type, started afresh (process start-up, checkpoint load and
+        # save) or renewed, learned from the leases that ran their full time, so that a lease plus its
+        # overhead fills the round as the simulator assumes.
+        self.overhead: dict[tuple[str, bool], float] = {}
+        for t in self.layout.worker_types:
+            self.overhead[(t, False)], self.overhead[(t, True)] = scenario.overhead_s(t), 0.0
 
     # --- set-up -------------------------------------------------------------------------------------
 
@@ -126,7 +146,7 @@ class RealGavel:
     def run(self) -> RunResult:
         started = time.perf_counter()
         (self.workdir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        (self.workdir / "reports").mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.control = ControlPlane("127.0.0.1", 0, serve=True)
         for agent in self.agents:
             agent.start(self.control)
@@ -175,23 +195,36 @@ class RealGavel:
         real = self.scenario.real
         assert real is not None
         by_id = {j.spec.job_id: j for j in self.jobs}
-        per_agent: dict[str, list[dict]] = {a.name: [] for a in self.agents}
-        entries = []
+        placed = []
         for i, (key, j, gpus) in enumerate(zip(plan.job_ids, plan.worker_types, plan.gpus, strict=True)):
-            job_id = key[0]
             k = self.layout.gpus_per_server[int(j)]
-            server = gpus[0] // k
-            agent = next(a for a in self.agents if a.worker_type == int(j) and a.server == server)
+            agent = next(a for a in self.agents if a.worker_type == int(j) and a.server == gpus[0] // k)
+            live = self.live.get(key[0])
+            renew = live is not None and (live.agent, live.gpus) == (agent.name, tuple(gpus))
+            placed.append((i, key[0], int(j), tuple(gpus), agent, renew))
+        self._stop_unrenewed({job_id for _, job_id, _, _, _, renew in placed if renew}, r)
+
+        per_agent: dict[str, list[dict]] = {a.name: [] for a in self.agents}
+        for _, job_id, j, gpus, agent, renew in placed:
             spec = by_id[job_id].spec
-            per_agent[agent.name].append({
-                "job_id": job_id, "job_type": spec.job_type, "slots": [g - server * k for g in gpus],
+            lease = {
                 "max_steps": int(spec.total_steps) - self.known_step[job_id],
-                "max_seconds": max(m.round_s - self.overhead[self.layout.worker_types[j]], 1.0),
+                "max_seconds": max(m.round_s - self.overhead[(self.layout.worker_types[j], renew)], 1.0),
+            }
+            if renew:  # the process is waiting for its next lease
+                live = self.live[job_id]
+                live.lease += 1
+                self.control.put(f"{live.key}/lease/{live.lease}", lease)
+            else:
+                self.live[job_id] = _Live(agent.name, gpus, f"job/{job_id}/{r}", 0)
+            k = self.layout.gpus_per_server[j]
+            per_agent[agent.name].append({
+                **lease, "job_id": job_id, "job_type": spec.job_type, "slots": [g % k for g in gpus],
+                "key": self.live[job_id].key, "lease": self.live[job_id].lease, "renew": renew,
                 "total_steps": int(spec.total_steps), "seed": self.scenario.seed,
                 "checkpoint": str(self.workdir / "checkpoints" / f"job{job_id}.pt"),
-                "report": str(self.workdir / "reports" / f"job{job_id}.json"),
+                "log": str(self.workdir / "logs" / f"job{job_id}.log"),
             })  # fmt: skip
-            entries.append((i, job_id, int(j), len(gpus), bool(plan.consolidated[i])))
         start = self.now()
         for agent in self.agents:
             self.control.put(
@@ -213,38 +246,87 @@ class RealGavel:
         seconds = np.zeros(len(plan))
         steps: dict[int, float] = {}
         finished: list[tuple[float, int]] = []
-        for i, job_id, j, num_gpus, consolidated in entries:
+        lost: list[int] = []
+        for i, job_id, j, gpus, _, renew in placed:
             outcome = outcomes.get(job_id)
             report = outcome["report"] if outcome else None
             made = 0
             job_end = end
+            name = self.layout.worker_types[j]
             if report is None:
+                lost.append(job_id)
                 detail = "no report" if outcome is None else f"exit {outcome['exit']}"
                 self.event_rows.append((end, "job_failed", job_id, detail))
             else:
                 made = int(report["end_step"]) - self.known_step[job_id]
                 self.known_step[job_id] = int(report["end_step"])
+                if report["saved"]:
+                    self.saved_step[job_id] = int(report["end_step"])
+                    del self.live[job_id]
                 job_end = start + float(outcome["elapsed_s"])
                 if report["seconds"] > 0 and report["end_step"] > report["start_step"]:
                     self.scheduler.observe_throughput(job_id, j, report["throughput"], THROUGHPUT_SMOOTHING)
                 if report["end_step"] < by_id[job_id].spec.total_steps:  # the lease ran its full time
-                    lost = float(outcome["elapsed_s"]) - float(report["seconds"])
-                    name = self.layout.worker_types[j]
-                    self.overhead[name] += THROUGHPUT_SMOOTHING * (lost - self.overhead[name])
+                    spent = float(outcome["elapsed_s"]) - float(report["seconds"])
+                    self.overhead[(name, renew)] += THROUGHPUT_SMOOTHING * (
+                        max(spent, 0.0) - self.overhead[(name, renew)]
+                    )
             self.first_start.setdefault(job_id, start)
             seconds[i] = job_end - start
             steps[job_id] = float(made)
-            name = self.layout.worker_types[j]
+            consolidated = bool(plan.consolidated[i])
             self.round_rows.append(
-                (r, start, job_end, job_id, name, num_gpus, consolidated, False, float(made), -1)
+                [r, start, job_end, job_id, name, len(gpus), consolidated, renew, float(made), -1]
             )
             if self.known_step[job_id] >= by_id[job_id].spec.total_steps:
                 finished.append((job_end, job_id))
         self.scheduler.record_round(plan, seconds, steps, end - start)
+        for job_id in lost:
+            self._roll_back(job_id)
+        for job_id in [job_id for job_id, live in self.live.items() if live.agent in self.lost_agents]:
+            self._roll_back(job_id)
+        self.lost_agents.clear()
         for t, job_id in sorted(finished):
             self.completion[job_id] = t
             self.scheduler.remove_job(job_id)
             self.event_rows.append((t, "complete", job_id, ""))
+
+    def _stop_unrenewed(self, renewed: set[int], r: int) -> None:
+        """Tell every live process whose lease is not renewed to save and exit, and wait for the saves:
+        a job's checkpoint must be on disk before any process (here or on another server) loads it."""
+        real = self.scenario.real
+        assert real is not None
+        stopping = {job_id: live for job_id, live in self.live.items() if job_id not in renewed}
+        for live in stopping.values():
+            live.lease += 1
+            self.control.put(f"{live.key}/lease/{live.lease}", {"stop": True})
+        saved = self.control.wait_for(
+            [f"{live.key}/saved" for live in stopping.values()], time.monotonic() + real.grace_s
+        )
+        for job_id, live in stopping.items():
+            if f"{live.key}/saved" in saved:
+                self.saved_step[job_id] = int(saved[f"{live.key}/saved"])
+                del self.live[job_id]
+            else:
+                self.event_rows.append((self.now(), "job_failed", job_id, "no checkpoint at the lease's end"))
+                self._roll_back(job_id)
+
+    def _roll_back(self, job_id: int) -> None:
+        """A job whose process died keeps only what its checkpoint holds: the steps it made since its last
+        save (in renewed leases, held in memory) are taken back from the rounds that credited them."""
+        self.live.pop(job_id, None)
+        lost = self.known_step[job_id] - self.saved_step[job_id]
+        if lost <= 0:
+            return
+        self.known_step[job_id] = self.saved_step[job_id]
+        self.scheduler.record_progress(job_id, -float(lost))
+        left = float(lost)
+        for row in reversed(self.round_rows):
+            if row[ROW_JOB] == job_id and left > 0:
+                taken = min(row[ROW_STEPS], left)
+                row[ROW_STEPS] -= taken
+                left -= taken
+        self.event_rows.append((self.now(), "rolled_back", job_id, f"{lost} steps since its checkpoint"))
 
     # --- agents -------------------------------------------------------------------------------------
 
@@ -262,6 +344,7 @@ class RealGavel:
         if agent.process is not None and agent.process.poll() is None:
             agent.process.kill()
             agent.process.wait()
+        self.lost_agents.add(agent.name)
         self.control.store.delete_key(f"ready/{agent.name}")
         self.control.store.delete_key(f"start/{agent.name}")
         agent.start(self.control)
@@ -297,7 +380,7 @@ class RealGavel:
     def _tables(self) -> dict[str, pd.DataFrame]:
         scale = self.scenario.real.time_scale if self.scenario.real else 1.0
         jobs = jobs_table(self.jobs, self.first_start, self.completion, self.known_step, scale)
-        rounds = pd.DataFrame(self.round_rows, columns=list(GAVEL_TABLES["rounds"]))
+        rounds = pd.DataFrame([tuple(row) for row in self.round_rows], columns=list(GAVEL_TABLES["rounds"]))
         events = pd.DataFrame(self.event_rows, columns=list(GAVEL_TABLES["events"]))
         rounds, events = rounds.astype(GAVEL_TABLES["rounds"]), events.astype(GAVEL_TABLES["events"])
         return {"jobs": jobs, "rounds": rounds, "events": events}

@@ -1,9 +1,9 @@
 """Training under a lease: the runtime's equivalent of Gavel's iterator (seed 001 §5.5, notes §6.2).
 
-A job runs in rounds. At the start of a round it loads its checkpoint (model, optimizer, step); it trains
-until the lease ends (a number of steps or of seconds, whichever comes first); at the end it saves a new
-checkpoint unless the lease is renewed and it will keep running in place. It reports the steps it made and
-its measured throughput, which the scheduler smooths into its throughput estimates.
+A job runs in leases. When its process starts it loads its checkpoint (model, optimizer, step); it trains
+until the lease ends (a number of steps or of seconds, whichever comes first) and reports the steps it made
+and its measured throughput, which the scheduler smooths into its throughput estimates. If the lease is
+renewed the process keeps its state in memory and trains on; otherwise it saves a new checkpoint and exits.
 
 In a distributed job every rank must run the same number of steps; rank 0 decides when the lease is over
 and the decision is shared by an all-reduce every step, so no rank steps alone. Only rank 0 writes the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -82,6 +82,79 @@ def save(path: Path, state: TrainingState) -> None:
     os.replace(tmp, path)
 
 
+class Trainer:
+    """A job's training state held in memory across the leases of one process.
+
+    A renewed lease continues from memory: no process start, no checkpoint load, no save. The checkpoint
+    is written only when the process gives up its workers (:meth:`save`).
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        checkpoint: Path,
+        total_steps: int,
+        *,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        slowdown: float = 1.0,
+    ) -> None:
+        """Load the checkpoint (or start the job); ``slowdown`` > 1 emulates a slower accelerator type:
+        after each step the job sleeps (slowdown − 1) times that step's compute time."""
+        self.workload, self.checkpoint, self.total_steps = workload, checkpoint, total_steps
+        self.seed, self.device, self.slowdown = seed, torch.device(device), slowdown
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        started = time.perf_counter()
+        self.state = load(checkpoint, workload, seed, self.device)
+        self.model: nn.Module = self.state.model
+        if self.distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = nn.parallel.DistributedDataParallel(self.state.model, device_ids=ids)
+        self.load_s = time.perf_counter() - started
+        self.saved_step = self.state.step
+
+    @property
+    def step(self) -> int:
+        return self.state.step
+
+    @property
+    def finished(self) -> bool:
+        return self.state.step >= self.total_steps
+
+    def train(self, lease: Lease) -> LeaseReport:
+        """Train for at most ``lease`` and never past the job's total steps; nothing is saved."""
+        state, device = self.state, self.device
+        start_step = state.step
+        limit = min(self.total_steps, start_step + lease.max_steps)
+        started = time.perf_counter()
+        while state.step < limit:
+            step_started = time.perf_counter()
+            inputs, targets = (t.to(device) for t in self.workload.batch(self.seed, state.step, self.rank))
+            state.optimizer.zero_grad(set_to_none=True)
+            self.workload.loss(self.model, (inputs, targets)).backward()
+            state.optimizer.step()
+            state.step += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            compute = time.perf_counter() - step_started
+            if self.slowdown > 1.0:
+                time.sleep((self.slowdown - 1.0) * compute)
+            if _lease_over(time.perf_counter() - started >= lease.max_seconds, self.distributed, device):
+                break
+        return LeaseReport(start_step, state.step, time.perf_counter() - started, 0.0, 0.0)
+
+    def save(self) -> float:
+        """Write the checkpoint (rank 0 only; every rank waits for it); returns the seconds it took."""
+        started = time.perf_counter()
+        if self.rank == 0:
+            save(self.checkpoint, self.state)
+        if self.distributed:
+            dist.barrier()
+        self.saved_step = self.state.step
+        return time.perf_counter() - started
+
+
 def run_lease(
     workload: Workload,
     checkpoint: Path,
@@ -91,50 +164,11 @@ def run_lease(
     seed: int = 0,
     device: torch.device | str = "cpu",
     slowdown: float = 1.0,
-    save_at_end: bool = True,
 ) -> LeaseReport:
-    """Load, train for at most ``lease`` (and never past ``total_steps``), save; report what was done.
-
-    ``slowdown`` > 1 emulates a slower accelerator type: after each step the job sleeps (slowdown − 1)
-    times that step's compute time.
-    """
-    device = torch.device(device)
-    distributed = dist.is_available() and dist.is_initialized()
-    rank = dist.get_rank() if distributed else 0
-    started = time.perf_counter()
-    state = load(checkpoint, workload, seed, device)
-    model: nn.Module = state.model
-    if distributed:
-        model = nn.parallel.DistributedDataParallel(
-            state.model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    load_s = time.perf_counter() - started
-
-    start_step = state.step
-    limit = min(total_steps, start_step + lease.max_steps)
-    training_started = time.perf_counter()
-    while state.step < limit:
-        step_started = time.perf_counter()
-        inputs, targets = (t.to(device) for t in workload.batch(seed, state.step, rank))
-        state.optimizer.zero_grad(set_to_none=True)
-        workload.loss(model, (inputs, targets)).backward()
-        state.optimizer.step()
-        state.step += 1
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        compute = time.perf_counter() - step_started
-        if slowdown > 1.0:
-            time.sleep((slowdown - 1.0) * compute)
-        if _lease_over(time.perf_counter() - training_started >= lease.max_seconds, distributed, device):
-            break
-    seconds = time.perf_counter() - training_started
-
-    save_started = time.perf_counter()
-    if save_at_end and rank == 0:
-        save(checkpoint, state)
-    if distributed:
-        dist.barrier()
-    return LeaseReport(start_step, state.step, seconds, load_s, time.perf_counter() - save_started)
+    """One lease in a process of its own: load, train, save; report what was done."""
+    trainer = Trainer(workload, checkpoint, total_steps, seed=seed, device=device, slowdown=slowdown)
+    report = trainer.train(lease)
+    return replace(report, load_s=trainer.load_s, save_s=trainer.save())
 
 
 def _lease_over(local: bool, distributed: bool, device: torch.device) -> bool:

@@ -147,9 +147,9 @@ class Mechanism(_Strict):
     ideal: bool = False  # hand out exact time fractions instead of whole rounds
     # Seconds a job loses to checkpoint/restart: one number, or one per worker type (e.g. as profiled).
     preemption_overhead_s: NonNegativeFloat | dict[str, NonNegativeFloat] = 0.0
-    # preemption: charged when a job resumes without its lease renewed (Gavel); every_round: charged to
-    # every job in every round (a runtime that restarts job processes each round, as ours does for now).
-    overhead_model: Literal["preemption", "every_round"] = "preemption"
+    # preemption: charged when a job resumes without its lease renewed (Gavel's simulator); restart: also
+    # charged at a job's first start, when its process starts, loads and compiles (the real runtime).
+    overhead_model: Literal["preemption", "restart"] = "preemption"
     min_reset_interval_s: NonNegativeFloat = 1920.0  # least time between two allocation recomputes
     # Space sharing plans with pair throughputs estimated from profiling this fraction of each new job
     # type's pairings (§5.3.3); null: the policy knows the true pair throughputs (an oracle).

@@ -34,7 +34,7 @@ class MechanismConfig:
     round_s: float = 360.0
     ideal: bool = False
     preemption_overhead_s: tuple[float, ...] = ()  # per worker type; empty: none
-    overhead_every_round: bool = False
+    overhead_on_first_start: bool = False  # Gavel's simulator charges only resumptions
     min_reset_interval_s: float = 1920.0
     stop_when_window_done: bool = True
 
@@ -134,10 +134,7 @@ class GavelSimulation:
         rate = self._slot_rates(plan, combo, jobs, types)
         ran_before = np.zeros(len(plan), dtype=bool)
         np.logical_or.at(ran_before, combo, self.has_run[jobs])
-        if self.mechanism.overhead_every_round:
-            charged = np.ones(len(plan), dtype=bool)
-        else:
-            charged = ~plan.renewed & ran_before
+        charged = ~plan.renewed & (ran_before | self.mechanism.overhead_on_first_start)
         per_type = np.zeros(len(self.layout.worker_types))
         per_type[: len(self.mechanism.preemption_overhead_s)] = self.mechanism.preemption_overhead_s
         overhead = np.where(charged, np.minimum(per_type[plan.worker_types], length), 0.0)

@@ -59,7 +59,7 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
             m.round_s,
             m.ideal,
             tuple(scenario.overhead_s(t) for t in layout.worker_types),
-            m.overhead_model == "every_round",
+            m.overhead_model == "restart",
             m.min_reset_interval_s,
         ),
         seed=scenario.seed,

@@ -227,15 +227,18 @@ def test_estimated_colocation_plans_pairs_and_moves_jobs_at_true_speeds(tmp_path
     assert (result.tables["rounds"]["shared_with"] >= 0).any()
 
 
-def test_every_round_overhead_is_charged_per_worker_type(tmp_path: Path) -> None:
-    """A runtime that restarts jobs each round loses the type's overhead in every round, not only on
-    preemption; a job makes proportionally fewer steps in the round."""
-    rows = [TRACE_LINE.format(steps=10**6, sf=1, arrival=0) for _ in range(2)]
-    path = scenario(tmp_path, trace_file(tmp_path, rows), gpus="{v100: 1, k80: 1}")
+def test_restart_overhead_is_charged_per_worker_type_and_spared_by_renewal(tmp_path: Path) -> None:
+    """Under the restart model a job loses its type's overhead whenever its process starts (its first
+    round included), making proportionally fewer steps; a renewed lease loses nothing."""
+    rows = [TRACE_LINE.format(steps=10**6, sf=1, arrival=0) for _ in range(3)]
+    path = scenario(tmp_path, trace_file(tmp_path, rows), gpus="{v100: 2, k80: 1}")
     path.write_text(path.read_text().replace("gpus_per_server: 4", "gpus_per_server: 1"))
-    overhead = ["mechanism.overhead_model=every_round", "mechanism.preemption_overhead_s={v100: 36, k80: 0}"]
-    free = run_scenario(load_scenario(path)).tables["rounds"]
-    costly = run_scenario(load_scenario(path, overhead)).tables["rounds"]
-    a = free[free["round"] == 0].set_index("worker_type")["steps"]
-    b = costly[costly["round"] == 0].set_index("worker_type")["steps"]
-    assert np.isclose(b["v100"], 0.9 * a["v100"]) and np.isclose(b["k80"], a["k80"])
+    overhead = ["mechanism.overhead_model=restart", "mechanism.preemption_overhead_s={v100: 36, k80: 0}"]
+    rounds = run_scenario(load_scenario(path, overhead)).tables["rounds"]
+    rounds = rounds[rounds["end_s"] - rounds["start_s"] >= 360 - 1e-6]  # whole rounds only
+    v100, k80 = rounds[rounds["worker_type"] == "v100"], rounds[rounds["worker_type"] == "k80"]
+    full = v100.loc[v100["renewed"], "steps"]
+    started = v100.loc[~v100["renewed"], "steps"]
+    assert len(full) and len(started) and (v100.loc[v100["round"] == 0, "renewed"] == False).all()  # noqa: E712
+    assert np.allclose(full, full.iloc[0]) and np.allclose(started, 0.9 * full.iloc[0])
+    assert len(k80) and np.allclose(k80["steps"], k80["steps"].iloc[0])

@@ -46,6 +46,7 @@ def test_real_cpu_run_preempts_resumes_and_matches_the_table_contract(tmp_path: 
         gaps = any(b - a > 1 for a, b in zip(ran, ran[1:], strict=False))
         resumed |= gaps or mine["worker_type"].nunique() > 1
     assert resumed
+    assert rounds["renewed"].any()  # a job kept its workers and its process across rounds
     assert main(["run", str(ROOT / "scenarios/gavel-real-cpu.yaml"), "--backend", "sim", "--out",
                  str(tmp_path / "sim"), "--quiet", "--no-plots"]) == 0  # fmt: skip
     assert main(["compare", str(tmp_path / "sim"), str(out)]) == 0

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,37 @@ def test_distributed_job_process_under_torchrun(tmp_path: Path) -> None:
         subprocess.run(command, check=True, env=_env(), capture_output=True, timeout=180)
         report = json.loads((tmp_path / "report.json").read_text())
         assert (report["start_step"], report["end_step"]) == expected
+
+
+def test_renewed_leases_train_on_from_memory_and_save_only_when_stopped(tmp_path: Path) -> None:
+    """The renewal protocol: lease 0 from the command line, lease 1 renewed through the store (no save in
+    between), then stop: the checkpoint equals one straight run of the same steps."""
+    from runtime.control import ControlPlane
+
+    control = ControlPlane("127.0.0.1", 0, serve=True)
+    ckpt = tmp_path / "renewed.pt"
+    args = [
+        "--job-type", "Recommendation (batch size 512)", "--checkpoint", str(ckpt),
+        "--control", f"127.0.0.1:{control.port}", "--key", "job/7/0",
+        "--max-steps", "2", "--max-seconds", "600", "--total-steps", "100",
+    ]  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "runtime.job_main", *args], env=_env())
+    try:
+        first = control.wait_for(["job/7/0/report/0"], time.monotonic() + 120)["job/7/0/report/0"]
+        assert (first["start_step"], first["end_step"], first["saved"]) == (0, 2, False)
+        assert not ckpt.exists()  # a lease that may be renewed leaves nothing on disk
+        control.put("job/7/0/lease/1", {"max_steps": 3, "max_seconds": 600})
+        second = control.wait_for(["job/7/0/report/1"], time.monotonic() + 60)["job/7/0/report/1"]
+        assert (second["start_step"], second["end_step"], second["load_s"]) == (2, 5, 0.0)
+        control.put("job/7/0/lease/2", {"stop": True})
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+    assert control.get("job/7/0/saved") == 5
+    workload = workload_for("Recommendation (batch size 512)")
+    run_lease(workload, tmp_path / "straight.pt", Lease(5, 1e9), total_steps=100)
+    a = load(ckpt, workload, 0, torch.device("cpu"))
+    b = load(tmp_path / "straight.pt", workload, 0, torch.device("cpu"))
+    assert a.step == b.step == 5
+    assert _states_equal(a.model.state_dict(), b.model.state_dict())
+    assert _states_equal(a.optimizer.state_dict(), b.optimizer.state_dict())
