@@ -1,17 +1,21 @@
 """Simulator fidelity for Gavel on a GPU machine (issue: Gavel for real; cf. seed 001 Table 5.3).
 
-    python3 experiments/gavel_gpu_fidelity.py --work DIR [--gpus 0 1] [--target-s 1000]
+    python3 experiments/gavel_gpu_fidelity.py run --work DIR --policies las [ftf] [--target-s 1000]
+    python3 experiments/gavel_gpu_fidelity.py compare --work DIR
+
+``run`` (on the GPU machine):
 
 1. Profile the scenario's job types on this machine's worker types (``clustertwin profile``): throughput
-   per (job type, worker type) and the per-round overhead (process start, checkpoint load and save).
+   per (job type, worker type) and the restart overhead (process start, checkpoint load and save).
 2. Size the trace: each job's steps are its base duration on a `cpu` worker times a common scale, chosen
-   (by bisection on the *simulator*, calibrated by the profile) so that heterogeneity-aware LAS takes
-   about ``--target-s`` seconds.
-3. Run the trace for real under two policies at once, each on its own GPU and its own half of the CPU
-   cores (``taskset``): heterogeneity-aware LAS and heterogeneity-aware finish-time fairness.
-4. Simulate both runs from the same scenario, trace and profile, and compare (``clustertwin compare``).
+   (by bisection on the *simulator*, calibrated by the profile) so that the first policy takes about
+   ``--target-s`` seconds.
+3. Run the trace for real under each policy (heterogeneity-aware LAS, FTF, ...). One policy has the whole
+   machine; two run at once, each on its own GPU (``--gpus``) and half the CPU cores (``taskset``).
 
-Everything lands in ``--work``; ``results.json`` there holds the headline figures.
+``compare`` (anywhere, e.g. after fetching DIR from the GPU machine): simulate every finished real run
+from the same scenario, trace and profile, and compare (``clustertwin compare``); ``results.json`` in
+DIR holds the headline figures.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,70 +82,106 @@ def simulated_makespan(overrides: list[str]) -> float:
     return float(gavel_metrics(run_scenario(scenario), dict(scenario.cluster.gpus))["makespan_s"])
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--gpus", type=int, nargs=2, default=(0, 1))
-    parser.add_argument("--target-s", type=float, default=1000.0)
-    parser.add_argument("--cpu-only", action="store_true", help="a dry run with the gpu type on a CPU")
-    args = parser.parse_args()
+def calibrated(work: Path) -> list[str]:
+    """The overrides that calibrate the scenario by the profile and the sized trace in ``work``."""
+    plan = json.loads((work / "plan.json").read_text())
+    return [
+        f"throughputs={work / 'profile.throughputs.csv'}",
+        f"workload.trace={work / 'trace.trace'}",
+        f"mechanism.preemption_overhead_s={json.dumps(plan['overheads_s'])}",
+        *plan["extra"],
+    ]
+
+
+def policy_overrides(policy: str) -> list[str]:
+    return [f"policy.name={policy}", "policy.params={aware: true}"]
+
+
+def flags(overrides: list[str]) -> list[str]:
+    return [x for s in overrides for x in ("--set", s)]
+
+
+def run(args: argparse.Namespace) -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    log = {"started": time.time()}
-    base = ["--set", "real.workers.gpu={device: cpu}"] if args.cpu_only else []
-
+    extra = ["real.workers.gpu={device: cpu}"] if args.cpu_only else []
     profile_csv = work / "profile.throughputs.csv"
-    check(clustertwin("profile", str(SCENARIO), *base, "--out", str(profile_csv), "--steps", "40"))
+    check(clustertwin("profile", str(SCENARIO), *flags(extra), "--out", str(profile_csv), "--steps", "40"))
     cost = overheads(work / "profile.overheads.csv")
-    trace = work / "trace.trace"
-    common = [
-        f"throughputs={profile_csv}",
-        f"workload.trace={trace}",
-        f"mechanism.preemption_overhead_s={json.dumps(cost)}",
-    ] + ([base[1]] if base else [])  # the dry run's gpu type stays on the CPU in every run
+    (work / "plan.json").write_text(json.dumps({"overheads_s": cost, "extra": extra}))
+    common = calibrated(work) + policy_overrides(args.policies[0])
 
-    # Size the trace so that the simulated LAS run lasts about --target-s (bisection on the scale).
+    # Size the trace so that the first policy's simulated run lasts about --target-s (bisection).
     throughput = cpu_throughputs(profile_csv)
     low, high = 0.01, 100.0
     for _ in range(14):
         scale = (low * high) ** 0.5
-        write_trace(trace, scale, throughput)
+        write_trace(work / "trace.trace", scale, throughput)
         if simulated_makespan(common) < args.target_s:
             low = scale
         else:
             high = scale
-    write_trace(trace, low, throughput)
-    log.update(scale=low, overheads_s=cost, predicted_makespan_s=simulated_makespan(common))
-    print(json.dumps(log), flush=True)
+    write_trace(work / "trace.trace", low, throughput)
+    predicted = {p: simulated_makespan(calibrated(work) + policy_overrides(p)) for p in args.policies}
+    plan = {"overheads_s": cost, "extra": extra, "scale": low, "predicted_makespan_s": predicted}
+    (work / "plan.json").write_text(json.dumps(plan, indent=2))
+    print(json.dumps(plan), flush=True)
 
-    halves = [f"0-{os.cpu_count() // 2 - 1}", f"{os.cpu_count() // 2}-{os.cpu_count() - 1}"]
+    cpus = os.cpu_count() or 2
+    if len(args.policies) == 1:
+        shares = [(None, args.gpus[0])]
+    else:
+        halves = [f"0-{cpus // 2 - 1}", f"{cpus // 2}-{cpus - 1}"]
+        shares = list(zip(halves, args.gpus, strict=False))
     runs = []
-    for policy, gpu, cpus in zip(POLICIES, args.gpus, halves, strict=True):
-        sets = [*common, f"policy.name={policy}", "policy.params={aware: true}"]
+    for policy, (cores, gpu) in zip(args.policies, shares, strict=True):
+        sets = calibrated(work) + policy_overrides(policy)
         if not args.cpu_only:
             sets.append(f"real.workers.gpu.cuda_devices=[{gpu}]")
-        flags = [x for s in sets for x in ("--set", s)]
-        runs.append((policy, flags))
-        real = clustertwin("run", str(SCENARIO), "--backend", "real", "--out", str(work / f"real-{policy}"),
-                           "--quiet", *flags, cpus=cpus)  # fmt: skip
-        runs[-1] = (policy, flags, real)
-    for _, _, real in runs:
+        out = work / f"real-{policy}"
+        runs.append(clustertwin("run", str(SCENARIO), "--backend", "real", "--out", str(out), "--quiet",
+                                *flags(sets), cpus=cores))  # fmt: skip
+    for real in runs:
         check(real)
-    results = {}
-    for policy, flags, _ in runs:
-        check(clustertwin("run", str(SCENARIO), "--backend", "sim", "--out", str(work / f"sim-{policy}"),
-                          "--quiet", *flags))  # fmt: skip
-        out = work / f"compare-{policy}"
-        check(
-            clustertwin(
-                "compare", str(work / f"sim-{policy}"), str(work / f"real-{policy}"), "--out", str(out)
-            )
-        )
-        results[policy] = json.loads((out / "compare.json").read_text())
-    log.update(results=results, finished=time.time())
-    (work / "results.json").write_text(json.dumps(log, indent=2))
     (work / "DONE").write_text("ok\n")
     return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    work = args.work.resolve()
+    results = json.loads((work / "plan.json").read_text())
+    results["results"] = {}
+    for real in sorted(work.glob("real-*")):
+        if not (real / "summary.json").is_file():
+            continue  # unfinished (its tables so far are in real-<policy>.partial/)
+        policy = real.name.removeprefix("real-")
+        sim = work / f"sim-{policy}"
+        sets = calibrated(work) + policy_overrides(policy)
+        check(clustertwin("run", str(SCENARIO), "--backend", "sim", "--out", str(sim), "--quiet",
+                          *flags(sets)))  # fmt: skip
+        out = work / f"compare-{policy}"
+        check(clustertwin("compare", str(sim), str(real), "--out", str(out)))
+        results["results"][policy] = json.loads((out / "compare.json").read_text())
+    (work / "results.json").write_text(json.dumps(results, indent=2))
+    print(json.dumps(results["results"], indent=2))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    real = commands.add_parser("run", help="profile, size the trace and run it for real (GPU machine)")
+    real.add_argument("--work", type=Path, required=True)
+    real.add_argument("--policies", nargs="+", choices=POLICIES, default=["las"])
+    real.add_argument("--gpus", type=int, nargs="+", default=[0, 1])
+    real.add_argument("--target-s", type=float, default=1000.0)
+    real.add_argument("--cpu-only", action="store_true", help="a dry run with the gpu type on a CPU")
+    versus = commands.add_parser("compare", help="simulate the finished real runs and compare")
+    versus.add_argument("--work", type=Path, required=True)
+    args = parser.parse_args()
+    if args.command == "run" and len(args.policies) > 2:
+        parser.error("at most two policies run at once")
+    return run(args) if args.command == "run" else compare(args)
 
 
 if __name__ == "__main__":

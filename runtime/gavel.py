@@ -105,6 +105,7 @@ class RealGavel:
         # save) or renewed, learned from the leases that ran their full time, so that a lease plus its
         # overhead fills the round as the simulator assumes.
         self.overhead: dict[tuple[str, bool], float] = {}
+        self.overhead_seen: dict[tuple[str, bool], list[float]] = {}  # every measurement, for the report
         for t in self.layout.worker_types:
             self.overhead[(t, False)], self.overhead[(t, True)] = scenario.overhead_s(t), 0.0
 
@@ -156,9 +157,13 @@ class RealGavel:
             self._loop()
         finally:
             self._stop_agents()
-        return RunResult(
-            tables=self._tables(), info={"wall_s": time.perf_counter() - started, "backend": "real"}
-        )
+        # Seconds of a round not spent training (seed 001 Table 5.4), by worker type and lease kind.
+        lost = {
+            f"{name}/{'renewed' if renew else 'started'}": float(np.mean(seen))
+            for (name, renew), seen in sorted(self.overhead_seen.items())
+        }
+        info = {"wall_s": time.perf_counter() - started, "backend": "real", "round_overhead_s": lost}
+        return RunResult(tables=self._tables(), info=info)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -271,6 +276,7 @@ class RealGavel:
                     self.overhead[(name, renew)] += THROUGHPUT_SMOOTHING * (
                         max(spent, 0.0) - self.overhead[(name, renew)]
                     )
+                    self.overhead_seen.setdefault((name, renew), []).append(spent)
             self.first_start.setdefault(job_id, start)
             seconds[i] = job_end - start
             steps[job_id] = float(made)
