@@ -1,5 +1,7 @@
 """``clustertwin bench NAME``: speed figures printed as ``key=value`` lines (not timed tests).
 
+``pipedream``: see ``clustertwin/bench_pipedream.py``.
+
 ``gavel``: the wall time of one full continuous-single point (heterogeneity-aware LAS, 36:36:36 GPUs,
 λ = 5 jobs/h, steady-state window jobs 4000–5000) and the allocation solve time of LAS, FTF and makespan at
 32…2,048 active jobs. For scale, Gavel's own simulator on a 2-core machine takes about 150 s for that point
@@ -34,8 +36,13 @@ POLICIES = (("las", "las"), ("ftf", "ftf"), ("makespan", "makespan"))
 
 
 def bench(name: str) -> int:
+    if name == "pipedream":
+        from clustertwin.bench_pipedream import bench_pipedream
+
+        bench_pipedream(emit=_emit)
+        return 0
     if name != "gavel":
-        print(f"error: unknown benchmark {name!r}; known: gavel", file=sys.stderr)
+        print(f"error: unknown benchmark {name!r}; known: gavel, pipedream", file=sys.stderr)
         return 2
     _emit("sim_full_point", "LAS aware, 36:36:36, 5 jobs/h, window jobs 4000-5000")
     scenario = load_scenario(None, FULL_POINT)

@@ -21,6 +21,7 @@ from rich.table import Table
 from clustertwin.progress import progress_bar
 from clustertwin.solver_banner import silence_solver_banner
 from scenarios.errors import InputError
+from scenarios.kinds import AnyScenario
 from scenarios.load import load_scenario, scenario_to_dict
 from scenarios.schema import Scenario
 
@@ -100,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
         help="throughput CSV (default: <scenario-stem>.throughputs.csv beside the scenario)",
     )
     profile.add_argument("--steps", type=int, default=30, help="steps of each measured lease (default: 30)")
+    profile.add_argument(
+        "--under-load",
+        action="store_true",
+        help="measure each pair while every other CPU worker slot trains a background job, as in a real"
+        " run's steady state (default: each pair alone on the machine)",
+    )
     profile.set_defaults(handler=_profile)
     return parser
 
@@ -117,15 +124,18 @@ def _add_overrides(command: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.metrics import gavel_metrics
     from analysis.output import ensure_replaceable, write_run
-    from scenarios.results import check_tables
+    from clustertwin.kinds import ops_for
 
     scenario = load_scenario(args.scenario, args.overrides)
-    if args.backend == "real" and scenario.real is None:
-        raise InputError(
-            f"{scenario.source}: field real", "--backend real needs the scenario's `real:` section"
-        )
+    ops = ops_for(scenario.kind)
+    if args.backend == "real":
+        if not ops.has_real:
+            raise InputError(scenario.source, f"--backend real is not available for kind {scenario.kind} yet")
+        if scenario.kind == "gavel" and scenario.real is None:
+            raise InputError(
+                f"{scenario.source}: field real", "--backend real needs the scenario's `real:` section"
+            )
     _check_policy(scenario)
     suffix = "-real" if args.backend == "real" else ""
     out = args.out or Path("runs") / f"{scenario.name}-seed{scenario.seed}{suffix}"
@@ -139,12 +149,12 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     verb = "running" if args.backend == "real" else "simulating"
     partial = out.with_name(out.name + ".partial")
-    extra = {"snapshot_dir": partial} if args.backend == "real" else {}
+    extra = {"snapshot_dir": partial} if args.backend == "real" and scenario.kind == "gavel" else {}
     with progress_bar(f"{verb} {scenario.name}", quiet=args.quiet) as progress:
         result = run_scenario(scenario, progress=progress, **extra)
     result.info.setdefault("wall_s", time.perf_counter() - started)
-    check_tables(result)
-    metrics = gavel_metrics(result, scenario.cluster.gpus, scenario.cluster.prices)
+    ops.check_tables(result)
+    metrics = ops.metrics(scenario, result)
     folder = write_run(
         out,
         scenario=scenario_to_dict(scenario),
@@ -152,12 +162,15 @@ def _run(args: argparse.Namespace) -> int:
         backend=args.backend,
         result=result,
         metrics=metrics,
-        plots=not args.no_plots,
+        plots=False,
     )
+    if ops.plot is not None and not args.no_plots:
+        ops.plot(folder)
     if partial.exists():  # the complete folder now holds everything the snapshots did
         shutil.rmtree(partial)
     if not args.quiet:
-        Console().print(_headline(metrics, result.info))
+        gavel = scenario.kind == "gavel"
+        Console().print(_headline(metrics, result.info) if gavel else _metric_table(metrics))
     print(folder)
     return 0
 
@@ -170,17 +183,35 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from analysis.plots import plot_run
+    import json
 
-    for path in plot_run(args.run_dir):
+    from clustertwin.kinds import ops_for
+
+    summary = args.run_dir / "summary.json"
+    if not summary.is_file():
+        raise InputError(str(args.run_dir), "not a run folder (no summary.json)")
+    kind = json.loads(summary.read_text())["scenario"]["kind"]
+    plot = ops_for(kind).plot
+    if plot is None:
+        raise InputError(str(args.run_dir), f"no plots for scenario kind {kind} yet")
+    for path in plot(args.run_dir):
         print(path)
     return 0
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+    out = args.out or Path("runs") / f"reproduce-{args.name}{'-quick' if args.quick else ''}"
+    if args.name == "flexrr":
+        from clustertwin import reproduce_flexrr
+
+        return reproduce_flexrr.reproduce(args.quick, out, args.workers)
+    if args.name == "proteus":
+        from clustertwin import reproduce_proteus
+
+        return reproduce_proteus.reproduce(args.quick, out)
     from clustertwin.reproduce import reproduce
 
-    return reproduce(args.name, args.quick, out=args.out, workers=args.workers)
+    return reproduce(args.name, args.quick, out=out, workers=args.workers)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -214,7 +245,9 @@ def _profile(args: argparse.Namespace) -> int:
     todo, skipped = profile.plan(scenario)  # every input check, before the first job process starts
     try:
         with progress_bar(f"profiling {scenario.name}") as progress:
-            rows = profile.profile_scenario(scenario, steps=args.steps, progress=progress)
+            rows = profile.profile_scenario(
+                scenario, steps=args.steps, progress=progress, under_load=args.under_load
+            )
     except profile.ProfileError as err:  # a job failed: not bad input, but no traceback either
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -235,10 +268,12 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_policy(scenario: Scenario) -> None:
-    """Build the policy once so an unknown name or parameter fails before any work starts."""
+def _check_policy(scenario: AnyScenario) -> None:
+    """Build a Gavel policy once so an unknown name or parameter fails before any work starts."""
     from policies.registry import make_policy
 
+    if not isinstance(scenario, Scenario):
+        return
     try:
         make_policy(scenario.policy.name, **scenario.policy.params)
     except (KeyError, ValueError) as err:
@@ -274,4 +309,13 @@ def _headline(metrics: dict[str, float], info: dict[str, float | int | str]) -> 
     wall = info.get("wall_s")
     if isinstance(wall, int | float):
         table.add_row("wall time", f"{wall:.1f} s")
+    return table
+
+
+def _metric_table(metrics: dict[str, float]) -> Table:
+    table = Table(title="metrics")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.6g}")
     return table

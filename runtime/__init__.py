@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from scenarios.kinds import AnyScenario
 from scenarios.results import RunResult
-from scenarios.schema import Scenario
 
 
 def run_scenario(
-    scenario: Scenario,
+    scenario: AnyScenario,
     progress: Callable[[float, str], None] | None = None,
     workdir: Path | None = None,
     snapshot_dir: Path | None = None,
@@ -23,4 +23,11 @@ def run_scenario(
         from runtime import gavel
 
         return gavel.run(scenario, progress, workdir, snapshot_dir)
+    if scenario.kind == "flexrr":
+        import tempfile
+
+        from runtime.flexrr.launch import run_real
+
+        with tempfile.TemporaryDirectory(prefix="clustertwin-flexrr-") as tmp:
+            return run_real(scenario, workdir or Path(tmp))[0]
     raise NotImplementedError(f"no real runtime for scenario kind {scenario.kind!r} yet")

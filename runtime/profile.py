@@ -18,11 +18,37 @@ set-up, the first steps' one-time costs, and exit. A lease of n steps thus takes
 ``startup_s + load_s + n * step_s + save_s``.
 
 The results are written as a throughput CSV that :meth:`ThroughputTable.from_csv` reads (a scenario
-uses it by naming it in ``throughputs:``) and an overhead CSV beside it.
+uses it by naming it in ``throughputs:``) and an overhead CSV beside it, whose ``mode`` column says how
+each pair was measured.
+
+Two modes (``mode``):
+
+* ``isolated`` (the default): each pair alone on the machine.
+* ``under-load``: each pair on a fully busy host, as the real backend's steady state has it. CPU workers
+  on one host share the socket's memory bandwidth and last-level cache, which an isolated profile never
+  sees: on a 16-core H100 host with 8 single-thread CPU workers and a GPU job training at once, realised
+  throughputs were 0.40x (Recommendation on ``cpu``) to 0.98x of isolated ones, and a simulator
+  calibrated by the isolated profile under-predicted the makespan by 30%. While a pair is measured (its
+  warm-up and its measured lease alike, so that :func:`steady_step_s`'s difference sees one load), every
+  other CPU worker slot of the cluster (``cluster.gpus[type]`` slots of each worker type whose device is
+  ``cpu``, less the ``scale_factor`` slots the measured job takes when it runs on a CPU type) runs a
+  background training process (:func:`background_slots`). What they train is a *mix*: the scenario's
+  job types round-robin over the slots, by a fixed slot order, so that each CPU type with enough slots
+  carries every job type. A real run's slots hold a mix of the trace's jobs, and job types stress the
+  memory system very differently (Recommendation's embedding tables far more than a small convnet), so
+  saturating the host with copies of the measured job would over-state the contention of the
+  memory-bound types and under-state that of the compute-bound ones. Each background process trains
+  like a job of its slot's worker type (``runtime.lease.Trainer``: the same slowdown, one process per
+  slot with ``threads_per_cpu_worker`` threads), has trained a few steps before the pair's first lease
+  starts, and is killed and reaped when the pair is done, also on error or Ctrl-C; a background process
+  also dies with the profiler (Linux parent-death signal), so no orphan outlives it. GPU slots get no
+  background job (a GPU measurement must own its device; a GPU job's host-side load is one core).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import csv
 import io
 import json
@@ -31,8 +57,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scenarios.errors import InputError
@@ -51,8 +77,17 @@ DEFAULT_WARMUP_STEPS = 3
 _LEASE_SECONDS = 3600.0
 _PROCESS_TIMEOUT_S = 1800.0
 
+ISOLATED, UNDER_LOAD = "isolated", "under-load"
+# A background process counts as loading the host once it has trained this many steps (its one-time
+# costs behind it); it has this long to get there.
+_BACKGROUND_READY_STEPS = 2
+_BACKGROUND_READY_S = 600.0
+_BACKGROUND_STEPS = 10**15  # a background job never finishes; it is killed
+
 THROUGHPUT_COLUMNS = ("job_type", "scale_factor", "worker_type", "throughput")
-OVERHEAD_COLUMNS = ("job_type", "scale_factor", "worker_type", "load_s", "save_s", "startup_s", "step_s")
+OVERHEAD_COLUMNS = (
+    "job_type", "scale_factor", "worker_type", "load_s", "save_s", "startup_s", "step_s", "mode",
+)  # fmt: skip
 
 ProgressCallback = Callable[[float, str], None]
 
@@ -73,6 +108,7 @@ class ProfileRow:
     save_s: float  # checkpoint save at the end of a lease that is not renewed
     startup_s: float  # process start and exit around load, training and save
     step_s: float  # seconds per step: 1 / throughput
+    mode: str = ISOLATED  # ISOLATED or UNDER_LOAD (module docstring)
 
 
 @dataclass(frozen=True)
@@ -172,14 +208,17 @@ def profile_scenario(
     steps: int = DEFAULT_STEPS,
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
     progress: ProgressCallback | None = None,
+    under_load: bool = False,
 ) -> list[ProfileRow]:
-    """Measure every pair of :func:`plan`, one process at a time (concurrent jobs would share cores
-    and skew each other's numbers)."""
+    """Measure every pair of :func:`plan`, one at a time (concurrent measured jobs would share cores
+    and skew each other's numbers); with ``under_load`` each on a busy host (module docstring)."""
     if steps < 1 or warmup_steps < 1:
         raise InputError("--steps", f"steps and warm-up steps must be >= 1 (got {steps}, {warmup_steps})")
     todo, _ = plan(scenario)
     real = scenario.real
     assert real is not None
+    job_types = list(dict.fromkeys(job_type for job_type, _ in job_keys(scenario)))
+    mode = UNDER_LOAD if under_load else ISOLATED
     rows = []
     with tempfile.TemporaryDirectory(prefix="clustertwin-profile-") as scratch:
         # The first process to use a GPU pays one-time costs (driver and kernel caches) that later jobs
@@ -192,10 +231,12 @@ def profile_scenario(
                 seed=scenario.seed,
             )  # fmt: skip
         for index, (job_type, sf, worker_type) in enumerate(todo):
+            slots = background_slots(scenario, worker_type, sf, job_types) if under_load else []
             if progress is not None:
-                progress(index / len(todo), f"{job_type} x{sf} on {worker_type}")
-            rows.append(
-                measure(
+                load = f" under load ({len(slots)} background jobs)" if under_load else ""
+                progress(index / len(todo), f"{job_type} x{sf} on {worker_type}{load}")
+            with background_load(scenario, slots, Path(scratch) / f"load-{index}"):
+                row = measure(
                     job_type,
                     sf,
                     worker_type,
@@ -206,10 +247,167 @@ def profile_scenario(
                     workdir=Path(scratch) / str(index),
                     seed=scenario.seed,
                 )
-            )
+            rows.append(replace(row, mode=mode))
     if progress is not None:
         progress(1.0, "done")
     return rows
+
+
+# ------------------------------------------------------------------------------------------ load
+def background_slots(
+    scenario: Scenario, worker_type: str, scale_factor: int, job_types: Sequence[str]
+) -> list[tuple[str, str]]:
+    """(worker type, job type) of each background process while a job of ``scale_factor`` ranks is
+    measured on ``worker_type``: one per CPU worker slot the measured job does not take.
+
+    The CPU slots are numbered in the order of ``real.workers`` (``cluster.gpus[type]`` slots per type)
+    and slot k trains ``job_types[k % len(job_types)]`` whichever pair is measured: a fixed mix, into
+    which the measured job steps by taking the place of the last ``scale_factor`` slots of its type.
+    """
+    real = scenario.real
+    assert real is not None
+    if not job_types:
+        return []
+    slots: list[tuple[str, str]] = []
+    k = 0
+    for name, worker in real.workers.items():
+        if worker.device != "cpu":
+            continue
+        count = scenario.cluster.gpus[name]
+        taken = scale_factor if name == worker_type else 0
+        for i in range(count):
+            if i < count - taken:
+                slots.append((name, job_types[k % len(job_types)]))
+            k += 1
+    return slots
+
+
+@dataclass
+class Background:
+    """One background training process and the files it writes."""
+
+    worker_type: str
+    job_type: str
+    process: subprocess.Popen
+    ready: Path  # written once it has trained _BACKGROUND_READY_STEPS steps
+    log: Path  # its stderr
+
+
+@contextlib.contextmanager
+def background_load(
+    scenario: Scenario, slots: Sequence[tuple[str, str]], workdir: Path
+) -> Iterator[list[Background]]:
+    """Run a background training process per slot while the ``with`` body runs.
+
+    The body starts once every process has trained a few steps. The processes are killed and reaped
+    when it ends, however it ends; a process that died meanwhile fails the measurement (its host was
+    not as busy as it claims).
+    """
+    started: list[Background] = []
+    try:
+        for index, (worker_type, job_type) in enumerate(slots):
+            started.append(_start_background(scenario, worker_type, job_type, workdir / str(index)))
+        _wait_ready(started)
+        yield started
+        for bg in started:
+            if bg.process.poll() is not None:
+                raise ProfileError(f"{_describe(bg)} exited during the measurement:\n{_tail(bg.log)}")
+    finally:
+        _stop(started)
+
+
+def _start_background(scenario: Scenario, worker_type: str, job_type: str, workdir: Path) -> Background:
+    real = scenario.real
+    assert real is not None
+    worker = real.workers[worker_type]
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready, log = workdir / "ready", workdir / "stderr.log"
+    command = [
+        sys.executable, "-m", "runtime.profile",
+        "--job-type", job_type,
+        "--slowdown", repr(worker.slowdown),
+        "--seed", str(scenario.seed),
+        "--ready", str(ready),
+        "--parent", str(os.getpid()),
+    ]  # fmt: skip
+    env = {**_job_env(), "OMP_NUM_THREADS": str(real.threads_per_cpu_worker)}
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    return Background(worker_type, job_type, process, ready, log)
+
+
+def _wait_ready(started: Sequence[Background]) -> None:
+    deadline = time.monotonic() + _BACKGROUND_READY_S
+    waiting = list(started)
+    while waiting:
+        for bg in waiting:
+            if bg.process.poll() is not None and not bg.ready.is_file():
+                raise ProfileError(
+                    f"{_describe(bg)} exited with status {bg.process.returncode} before it trained:\n"
+                    f"{_tail(bg.log)}"
+                )
+        waiting = [bg for bg in waiting if not bg.ready.is_file()]
+        if waiting and time.monotonic() > deadline:
+            raise ProfileError(f"{_describe(waiting[0])} did not start training in {_BACKGROUND_READY_S} s")
+        if waiting:
+            time.sleep(0.05)
+
+
+def _stop(started: Sequence[Background]) -> None:
+    """Kill every process first (none keeps loading the host while another is reaped), then reap."""
+    for bg in started:
+        if bg.process.poll() is None:
+            bg.process.kill()
+    for bg in started:
+        bg.process.wait()
+
+
+def _describe(bg: Background) -> str:
+    return f"background job {bg.job_type} on a {bg.worker_type} slot (pid {bg.process.pid})"
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def background_main(argv: Sequence[str] | None = None) -> int:
+    """A background process: ``python -m runtime.profile --job-type T --ready FILE --parent PID ...``.
+
+    Trains ``T`` on the CPU from scratch, as a job of its slot's worker type would (same ``Trainer``,
+    same slowdown; the threads come from ``OMP_NUM_THREADS``), writes ``FILE`` after a few steps and
+    trains on until it is killed. It saves nothing. It dies with its parent (the profiler).
+    """
+    parser = argparse.ArgumentParser(description="Load the host: train a job until killed.")
+    parser.add_argument("--job-type", required=True)
+    parser.add_argument("--slowdown", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ready", type=Path, required=True)
+    parser.add_argument("--parent", type=int, required=True, help="pid of the profiler")
+    args = parser.parse_args(argv)
+
+    from runtime.agent import die_with_parent
+    from runtime.lease import Lease, Trainer
+    from runtime.workloads import workload_for
+
+    die_with_parent()
+    if os.getppid() != args.parent:  # the profiler died before the death signal was armed
+        return 1
+    checkpoint = args.ready.with_name("never-saved.pt")
+    trainer = Trainer(
+        workload_for(args.job_type), checkpoint, _BACKGROUND_STEPS, seed=args.seed, slowdown=args.slowdown
+    )
+    try:
+        trainer.train(Lease(_BACKGROUND_READY_STEPS, _LEASE_SECONDS))
+        args.ready.write_text(f"{os.getpid()}\n")
+        while True:
+            trainer.train(Lease(_BACKGROUND_STEPS, _LEASE_SECONDS))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the profiler cleans up
+        return 130
 
 
 def measure(
@@ -307,10 +505,7 @@ def run_job_lease(
     launcher = [sys.executable]
     if scale_factor > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(scale_factor)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    env = _job_env()
     if worker.device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, (worker.cuda_devices or [])[:scale_factor]))
     else:
@@ -332,6 +527,13 @@ def run_job_lease(
             f" {done.returncode}{'' if report_path.is_file() else ' and wrote no report'}:\n{tail}"
         )
     return LeaseRun(json.loads(report_path.read_text()), wall_s)
+
+
+def _job_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
+    }
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -379,6 +581,7 @@ def write_profile(rows: Sequence[ProfileRow], out: Path) -> tuple[Path, Path]:
             r.scale_factor,
             r.worker_type,
             *map(_number, (r.load_s, r.save_s, r.startup_s, r.step_s)),
+            r.mode,
         )
         for r in rows
     ]
@@ -409,3 +612,7 @@ def _csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     writer.writerow(header)
     writer.writerows(rows)
     return buffer.getvalue()
+
+
+if __name__ == "__main__":
+    raise SystemExit(background_main())

@@ -61,8 +61,12 @@ class ClaimSet(BaseModel):
     claims: list[Claim]
 
 
+# Claim sets whose claims are not ratios of two runs live in code (clustertwin/reproduce_<name>.py).
+CODED_CLAIM_SETS = ("flexrr", "proteus")
+
+
 def available_claim_sets() -> list[str]:
-    return sorted(p.stem for p in CLAIMS_DIR.glob("*.yaml"))
+    return sorted([*(p.stem for p in CLAIMS_DIR.glob("*.yaml")), *CODED_CLAIM_SETS])
 
 
 def load_claims(name: str) -> ClaimSet:

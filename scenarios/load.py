@@ -16,14 +16,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from scenarios.errors import InputError
-from scenarios.schema import PATH_FIELDS, Scenario
+from scenarios.kinds import KINDS, AnyScenario
 
 DEFAULT_SCENARIO = Path(__file__).with_name("gavel-default.yaml")
 
 FieldPath = tuple[str | int, ...]
 
 
-def load_scenario(path: str | Path | None, overrides: Sequence[str] = ()) -> Scenario:
+def load_scenario(path: str | Path | None, overrides: Sequence[str] = ()) -> AnyScenario:
     """Load, override and validate a scenario; ``None`` loads the bundled default.
 
     ``overrides`` are ``key.sub=value`` strings; the value is parsed as YAML, so ``=false``, ``=8``,
@@ -44,17 +44,32 @@ def load_scenario(path: str | Path | None, overrides: Sequence[str] = ()) -> Sce
         keys, value = _parse_override(item)
         _apply_override(data, keys, value, item)
         overridden[keys] = item
-    _resolve_paths(data, source.parent.resolve(), overridden)
+    model, path_fields = _kind(data, lines, label, overridden)
+    _resolve_paths(data, source.parent.resolve(), overridden, path_fields)
 
     try:
-        scenario = Scenario.model_validate(data)
+        scenario = model.model_validate(data)
     except ValidationError as err:
-        raise _explain(err, data, lines, label, overridden) from None
+        raise _explain(err, data, lines, label, overridden, model) from None
     scenario._source = label
-    return scenario
+    return scenario  # type: ignore[return-value]
 
 
-def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
+def _kind(
+    data: dict[str, Any], lines: dict[FieldPath, int], label: str, overridden: dict[FieldPath, str]
+) -> tuple[type[BaseModel], dict[str, tuple[str, ...]]]:
+    """The schema that the scenario's ``kind`` names."""
+    kind = data.get("kind")
+    if kind in KINDS:
+        return KINDS[kind]
+    where = f"{label}: --set {overridden[('kind',)]}" if ("kind",) in overridden else label
+    if ("kind",) in lines and ("kind",) not in overridden:
+        where = f"{label}:{lines[('kind',)]}"
+    got = "required field is missing" if kind is None else f"got {kind!r}"
+    raise InputError(where, f"field kind: expected one of {', '.join(KINDS)}; {got}")
+
+
+def scenario_to_dict(scenario: AnyScenario) -> dict[str, Any]:
     """The scenario as plain JSON-ready values (for summary.json)."""
     return scenario.model_dump(mode="json")
 
@@ -129,8 +144,13 @@ def _apply_override(data: dict[str, Any], keys: FieldPath, value: Any, item: str
     node[keys[-1]] = value
 
 
-def _resolve_paths(data: dict[str, Any], base: Path, overridden: dict[FieldPath, str]) -> None:
-    for dotted, keywords in PATH_FIELDS.items():
+def _resolve_paths(
+    data: dict[str, Any],
+    base: Path,
+    overridden: dict[FieldPath, str],
+    path_fields: dict[str, tuple[str, ...]],
+) -> None:
+    for dotted, keywords in path_fields.items():
         keys = tuple(dotted.split("."))
         parent: Any = data
         for key in keys[:-1]:
@@ -149,12 +169,13 @@ def _explain(
     lines: dict[FieldPath, int],
     label: str,
     overridden: dict[FieldPath, str],
+    model: type[BaseModel],
 ) -> InputError:
     # Group by field: a union (int or mapping) reports one error per alternative for the same field.
     grouped: dict[FieldPath, list[str]] = {}
     for error in err.errors(include_url=False):
         path = _data_path(error["loc"], data, keep_last=error["type"] == "missing")
-        message = _message(error, path)
+        message = _message(error, path, model)
         if message not in grouped.setdefault(path, []):
             grouped[path].append(message)
 
@@ -195,10 +216,10 @@ def _data_path(loc: tuple[str | int, ...], data: Any, *, keep_last: bool) -> Fie
     return tuple(path)
 
 
-def _message(error: dict[str, Any], path: FieldPath) -> str:
+def _message(error: dict[str, Any], path: FieldPath, scenario_model: type[BaseModel]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
-        allowed = _allowed_fields(path[:-1])
+        allowed = _allowed_fields(path[:-1], scenario_model)
         listing = f"; allowed fields here: {', '.join(allowed)}" if allowed else ""
         return f"unknown field {path[-1]!r}{listing}"
     if kind == "missing":
@@ -211,8 +232,8 @@ def _message(error: dict[str, Any], path: FieldPath) -> str:
     return message
 
 
-def _allowed_fields(path: FieldPath) -> list[str]:
-    model: type[BaseModel] | None = Scenario
+def _allowed_fields(path: FieldPath, scenario_model: type[BaseModel]) -> list[str]:
+    model: type[BaseModel] | None = scenario_model
     for part in path:
         field = model.model_fields.get(str(part)) if model is not None else None
         model = _model_in(field.annotation) if field is not None else None

@@ -45,6 +45,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+class ScenarioBase(_Strict):
+    """What every scenario kind says (name, kind, seed, description), and where it was loaded from."""
+
+    # The name becomes part of the default output folder, so it is kept to file-name characters.
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    kind: str
+    seed: NonNegativeInt = 0
+    description: str = ""
+
+    # The file it was loaded from, set by the loader; not a field, so it never reaches summary.json.
+    _source: str = PrivateAttr(default="<scenario>")
+
+    @property
+    def source(self) -> str:
+        """Where the scenario came from, to prefix errors found after loading (unknown policy, ...)."""
+        return self._source
+
+
 class Cluster(_Strict):
     """Accelerators by worker type, packed into servers of equal size per type."""
 
@@ -174,33 +192,21 @@ class Real(_Strict):
     time_scale: PositiveFloat = 1.0  # divides trace arrival times (compress a trace into wall-clock time)
 
 
-class Scenario(_Strict):
-    """One experiment: a cluster, a workload, a policy and a mechanism, plus the seed."""
+class Scenario(ScenarioBase):
+    """A Gavel experiment: a cluster, a workload, a policy and a mechanism, plus the seed."""
 
     def overhead_s(self, worker_type: str) -> float:
         """The checkpoint/restart overhead a job pays on ``worker_type`` (mechanism.preemption_overhead_s)."""
         overhead = self.mechanism.preemption_overhead_s
         return float(overhead.get(worker_type, 0.0) if isinstance(overhead, dict) else overhead)
 
-    # The name becomes part of the default output folder, so it is kept to file-name characters.
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     kind: Literal["gavel"]
-    seed: NonNegativeInt = 0
-    description: str = ""
     cluster: Cluster
     throughputs: str = "simulation"
     workload: Workload
     policy: Policy
     mechanism: Mechanism = Mechanism()
     real: Real | None = None
-
-    # The file it was loaded from, set by the loader; not a field, so it never reaches summary.json.
-    _source: str = PrivateAttr(default="<scenario>")
-
-    @property
-    def source(self) -> str:
-        """Where the scenario came from, to prefix errors found after loading (unknown policy, ...)."""
-        return self._source
 
     @model_validator(mode="after")
     def _real_matches_cluster(self) -> Scenario:

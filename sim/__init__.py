@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from scenarios.kinds import AnyScenario
 from scenarios.results import RunResult
-from scenarios.schema import Scenario
 
 
-def run_scenario(scenario: Scenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
+def run_scenario(scenario: AnyScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
     """Simulate a scenario and return its event tables."""
     if scenario.kind == "gavel":
         from sim import gavel_setup
 
         return gavel_setup.run(scenario, progress)
+    if scenario.kind == "flexrr":
+        from sim import flexrr
+
+        return flexrr.run(scenario, progress)
+    if scenario.kind == "pipedream":
+        from sim import pipedream
+
+        return pipedream.run(scenario, progress)
+    if scenario.kind == "spot":
+        from sim import spot
+
+        return spot.run(scenario, progress)
     raise NotImplementedError(f"no simulator for scenario kind {scenario.kind!r} yet")

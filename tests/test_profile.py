@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,90 @@ def test_cli_profile_writes_both_files(tmp_path: Path, monkeypatch: pytest.Monke
     assert (tmp_path / "out" / "measured.overheads.csv").is_file()
     assert main(["profile", str(path), "--steps", "0"]) == 2
     assert main(["profile", str(path), "--out", str(tmp_path / "t.json")]) == 2
+
+
+# ------------------------------------------------------------------------------------------ under load
+def test_background_slots_fill_every_other_cpu_slot_with_a_mix() -> None:
+    scenario = profile.load_for_profiling(Path(__file__).parents[1] / "scenarios" / "gavel-real-gpu.yaml")
+    types = list(dict.fromkeys(t for t, _ in profile.job_keys(scenario)))
+    assert len(types) >= 2
+    on_gpu = profile.background_slots(scenario, "gpu", 1, types)  # gpu: cuda, no slot of its own
+    on_cpu = profile.background_slots(scenario, "cpu", 1, types)
+    on_cpu2 = profile.background_slots(scenario, "cpu", 2, types)
+    cpu_slots = {w: scenario.cluster.gpus[w] for w in ("cpu", "cpu_slow")}
+    assert [w for w, _ in on_gpu] == ["cpu"] * cpu_slots["cpu"] + ["cpu_slow"] * cpu_slots["cpu_slow"]
+    assert len(on_cpu) == len(on_gpu) - 1 and len(on_cpu2) == len(on_gpu) - 2
+    assert sum(w == "cpu" for w, _ in on_cpu) == cpu_slots["cpu"] - 1
+    # A mix: every job type runs somewhere, and the measured job takes one slot's place in it.
+    assert {t for _, t in on_gpu} == set(types)
+    assert sorted(on_cpu) == sorted(on_gpu[: cpu_slots["cpu"] - 1] + on_gpu[cpu_slots["cpu"] :])
+
+
+def _record_background(monkeypatch: pytest.MonkeyPatch) -> list[profile.Background]:
+    started: list[profile.Background] = []
+    real_start = profile._start_background
+
+    def start(*args, **kwargs) -> profile.Background:
+        started.append(real_start(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(profile, "_start_background", start)
+    return started
+
+
+def test_under_load_profile_runs_background_jobs_and_writes_the_csv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = _record_background(monkeypatch)
+    alive_during: list[int] = []
+    real_lease = profile.run_job_lease
+
+    def lease(*args, **kwargs) -> profile.LeaseRun:
+        alive_during.append(sum(bg.process.poll() is None and bg.ready.is_file() for bg in started))
+        return real_lease(*args, **kwargs)
+
+    monkeypatch.setattr(profile, "run_job_lease", lease)
+    path = write_scenario(tmp_path)
+    (tmp_path / "tiny.trace").write_text(_trace_row(LM, 100, 0))  # one job type: two pairs
+    out = tmp_path / "loaded.throughputs.csv"
+    assert main(["profile", str(path), "--under-load", "--steps", "4", "--out", str(out)]) == 0
+
+    # Per pair (fast, slow), the one other CPU slot trains, with that slot's slowdown, during both leases.
+    assert [bg.worker_type for bg in started] == ["slow", "fast"]
+    assert all(bg.job_type == LM for bg in started)
+    assert [bg.process.args[bg.process.args.index("--slowdown") + 1] for bg in started] == ["3.0", "1.0"]
+    assert alive_during == [1, 1, 1, 1]
+    assert all(bg.process.returncode is not None for bg in started)  # killed and reaped
+
+    table = ThroughputTable.from_csv(out)
+    assert table.isolated(LM, 1, "fast") > 0 and table.isolated(LM, 1, "slow") > 0
+    with (tmp_path / "loaded.overheads.csv").open() as f:
+        assert [row["mode"] for row in csv.DictReader(f)] == ["under-load", "under-load"]
+
+
+# ProfileError with three fast slots (a mix of both job types); Ctrl-C with one (fewer processes to start).
+@pytest.mark.parametrize(("failure", "fast"), [(profile.ProfileError, 3), (KeyboardInterrupt, 1)])
+def test_background_jobs_are_reaped_when_the_measurement_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: type[BaseException], fast: int
+) -> None:
+    started = _record_background(monkeypatch)
+    alive: list[int] = []
+
+    def failing_measure(*_, **__) -> profile.ProfileRow:
+        alive.append(sum(bg.process.poll() is None and bg.ready.is_file() for bg in started))
+        raise failure("the measured job failed")
+
+    monkeypatch.setattr(profile, "measure", failing_measure)
+    path = write_scenario(tmp_path)
+    scenario = profile.load_for_profiling(path, [f"cluster.gpus.fast={fast}"])
+    with pytest.raises(failure):
+        profile.profile_scenario(scenario, steps=2, under_load=True)
+    # Measured on fast (the first pair): every other fast slot and the slow one train. Slots are numbered
+    # fast 0..fast-1, then slow, and slot k trains job type k mod 2 (RESNET, LM in order of appearance).
+    expected = [("fast", (RESNET, LM)[k % 2]) for k in range(fast - 1)] + [("slow", (RESNET, LM)[fast % 2])]
+    assert alive == [fast]
+    assert [(bg.worker_type, bg.job_type) for bg in started] == expected
+    for bg in started:
+        assert bg.process.returncode is not None  # reaped, so no longer a process of ours
+        with pytest.raises(ProcessLookupError):
+            os.kill(bg.process.pid, 0)

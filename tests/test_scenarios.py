@@ -143,11 +143,31 @@ def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
 
 
 def test_several_problems_are_all_listed(tmp_path: Path) -> None:
-    path = write(tmp_path, MINIMAL.replace("v100: 4", "v100: -4").replace("kind: gavel", "kind: flexrr"))
+    path = write(
+        tmp_path, MINIMAL.replace("v100: 4", "v100: -4").replace("name: small", "name: small\nseed: -1")
+    )
     message = error_of(path)
     assert "2 problems" in message
-    assert f"{path}:2: field kind" in message
-    assert f"{path}:4: field cluster.gpus.v100" in message
+    assert f"{path}:2: field seed" in message
+    assert f"{path}:5: field cluster.gpus.v100" in message
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"), [("kind: flexxr", "got 'flexxr'"), ("", "required field is missing")]
+)
+def test_unknown_or_missing_kind_names_the_kinds(tmp_path: Path, kind: str, expected: str) -> None:
+    path = write(tmp_path, MINIMAL.replace("kind: gavel", kind))
+    message = error_of(path)
+    assert "field kind: expected one of gavel, flexrr, pipedream, spot" in message and expected in message
+
+
+@pytest.mark.parametrize("kind", ["flexrr", "pipedream", "spot"])
+def test_every_kind_reports_errors_with_file_line_and_allowed_fields(tmp_path: Path, kind: str) -> None:
+    path = write(tmp_path, f"name: x\nkind: {kind}\nbogus: 1\n")
+    message = error_of(path)
+    assert message.startswith(
+        f"{path}:3: field bogus: unknown field 'bogus'; allowed fields here: name, kind"
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,44 @@
+"""Headline metrics of a FlexRR run (seed 000, §3.4), from its event tables and info.
+
+``time_per_iteration_s`` is the paper's speed metric (§3.4.3: overall run time / number of iterations);
+``vs_ideal`` divides it by the Ideal bound computed from the same straggler realisation.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scenarios.results import RunResult
+
+
+def flexrr_metrics(result: RunResult) -> dict[str, float]:
+    """Flat metrics of one FlexRR run (every run has the same keys; NaN where undefined)."""
+    info = result.info
+    iterations = result.tables["iterations"]
+    commits = result.tables["commits"]
+    messages = result.tables["messages"]
+    n_iter = int(info["iterations"])
+    makespan = float(info["makespan_s"])
+    ideal = float(info["ideal_s"])
+    total = float(info["total_items"])
+    sizes = commits["end_item"] - commits["start_item"]
+    helped = float(sizes[commits["kind"] == "help"].sum())
+    reclaimed = float(sizes[commits["kind"] == "reclaimed"].sum())
+    durations = iterations["end_s"] - iterations["start_s"]
+    waits = iterations["end_s"] - iterations["own_done_s"]
+    worker_iterations = max(len(iterations), 1)
+    return {
+        "time_per_iteration_s": makespan / n_iter,
+        "ideal_per_iteration_s": ideal / n_iter,
+        "vs_ideal": makespan / ideal if ideal > 0 else math.nan,
+        "makespan_s": makespan,
+        "reassigned_fraction": helped / total if total else math.nan,
+        "reclaimed_fraction": reclaimed / total if total else math.nan,
+        "wasted_fraction": float(info.get("wasted_items", 0)) / total if total else math.nan,
+        "mean_iteration_s": float(durations.mean()) if len(durations) else math.nan,
+        "mean_wait_for_helpers_s": float(waits.mean()) if len(waits) else math.nan,
+        "do_this_per_worker_iteration": float((messages["kind"] == "DoThis").sum()) / worker_iterations,
+        "messages_per_worker_iteration": float(len(messages)) / worker_iterations,
+        "events": float(info.get("events", math.nan)),
+        "wall_s": float(info.get("wall_s", math.nan)),
+    }

@@ -1,0 +1,55 @@
+"""What the command line does with each scenario kind: check its tables, compute its metrics, plot it.
+
+Simulation and real runs go through ``sim.run_scenario`` and ``runtime.run_scenario``, which dispatch on
+the kind themselves; this table holds the rest, imported lazily so that ``validate`` stays quick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scenarios.results import RunResult
+
+Metrics = Callable[[Any, RunResult], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class KindOps:
+    check_tables: Callable[[RunResult], None]
+    metrics: Metrics
+    plot: Callable[[Path], list[Path]] | None  # re-creates a run folder's PNGs
+    has_real: bool  # whether --backend real exists for this kind
+
+
+def ops_for(kind: str) -> KindOps:
+    if kind == "gavel":
+        from analysis.metrics import gavel_metrics
+        from analysis.plots import plot_run
+        from scenarios.results import check_tables
+
+        def metrics(scenario: Any, result: RunResult) -> dict[str, float]:
+            return gavel_metrics(result, scenario.cluster.gpus, scenario.cluster.prices)
+
+        return KindOps(check_tables, metrics, plot_run, has_real=True)
+    if kind == "flexrr":
+        from analysis.flexrr_metrics import flexrr_metrics
+        from scenarios.flexrr_results import check_flexrr_tables
+
+        return KindOps(check_flexrr_tables, lambda _, r: flexrr_metrics(r), None, has_real=True)
+    if kind == "pipedream":
+        from analysis.pipedream_metrics import pipedream_metrics
+        from analysis.pipedream_plots import plot_pipedream_run
+        from scenarios.pipedream_results import check_pipedream_tables
+
+        return KindOps(
+            check_pipedream_tables, lambda _, r: pipedream_metrics(r), plot_pipedream_run, has_real=False
+        )
+    if kind == "spot":
+        from analysis.spot_metrics import spot_metrics
+        from scenarios.spot_results import check_spot_tables
+
+        return KindOps(check_spot_tables, lambda _, r: spot_metrics(r), None, has_real=False)
+    raise KeyError(f"no command-line support for scenario kind {kind!r}")

@@ -1,0 +1,13 @@
+"""FlexRR (seed 000, ch. 3): SSP plus RapidReassignment of work between peer workers.
+
+One idea per module: ``config`` (Table 3.1), ``groups`` (§3.3.1), ``messages`` (§3.3.3), ``progress``
+(Algorithm 1), ``consistency`` (BSP/SSP gating, §3.2.2), ``worker`` (the RapidReassignment state machine,
+§3.3.3 and Algorithm 2), ``stragglers`` (the §3.4.1 straggler models and the Ideal bound).
+"""
+
+from policies.flexrr.config import RRConfig
+from policies.flexrr.consistency import may_start
+from policies.flexrr.groups import helpee_groups, helper_groups, machine_of
+from policies.flexrr.worker import RRWorker, Task
+
+__all__ = ["RRConfig", "RRWorker", "Task", "helper_groups", "helpee_groups", "machine_of", "may_start"]

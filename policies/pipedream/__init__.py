@@ -1,0 +1,9 @@
+"""PipeDream and its descendants (seed 004; seed 001 chapters 2-4), as pure decision code.
+
+- ``partition``: the hierarchical partitioning DP of seed 001 §2.4.1 (stages, replication, NOAM).
+- ``ops`` and the schedule generators (``gpipe``, ``one_f_one_b``, ``flush``, ``twobw``,
+  ``interleaved``): per-worker op lists, executed unchanged by ``sim.pipedream`` and
+  ``runtime.pipedream``.
+- ``twobw_planner``: the PipeDream-2BW planner (seed 001 §3.3, Algorithm 1).
+- ``ptdp``: PTD-P's analytical model (seed 001 ch. 4: FLOPs, parameters, bubbles, communication).
+"""

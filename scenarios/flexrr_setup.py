@@ -1,0 +1,138 @@
+"""Build one FlexRR run from a scenario: item ranges, groups, policy machines and straggler profiles.
+
+Straggler randomness comes from ``SeedSequence([seed, 1, ...])`` and depends only on the scenario's seed,
+cluster and straggler fields, never on the mode, so BSP, SSP, BSP RR and FlexRR of one seed see the same
+realisation (the paired comparison of §3.4). Message latency jitter uses its own stream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from policies.flexrr import stragglers as st
+from policies.flexrr.config import RRConfig
+from policies.flexrr.groups import helpee_groups, helper_groups, machine_of
+from policies.flexrr.worker import RRWorker
+from scenarios.flexrr_results import frame
+from scenarios.flexrr_schema import FlexRRScenario
+
+STRAGGLER_STREAM, LATENCY_STREAM = 1, 2
+
+
+def rr_config(scenario: FlexRRScenario) -> RRConfig:
+    r = scenario.rr
+    return RRConfig(
+        helper_group_size=r.helper_group_size if scenario.rr_enabled else 0,
+        initial_fraction=r.initial_fraction,
+        follow_up_fraction=r.follow_up_fraction,
+        trigger=r.trigger,
+        progress_checkpoint=r.progress_checkpoint,
+        message_checks=r.message_checks,
+        replication=r.replication,
+        avg_weight=r.avg_weight,
+    )
+
+
+def items_per_worker(scenario: FlexRRScenario) -> list[int]:
+    """Items each worker owns. ``uneven`` (§3.4.4): the first half of the machines hold
+    ``heavy_share`` of all items, the rest the remainder."""
+    c = scenario.cluster
+    n = scenario.items_per_worker
+    if scenario.stragglers.model != "uneven":
+        return [n] * c.workers
+    share = scenario.stragglers.heavy_share
+    heavy, light = round(2 * share * n), max(1, round(2 * (1 - share) * n))
+
+    def is_heavy(machine: int) -> bool:
+        if scenario.stragglers.heavy_machines == "alternate":
+            return machine % 2 == 0
+        return machine < c.machines // 2
+
+    return [heavy if is_heavy(machine_of(w, c.machines)) else light for w in range(c.workers)]
+
+
+def profiles(scenario: FlexRRScenario) -> list[st.SpeedProfile]:
+    """One speed profile per worker (the workers of a disrupted machine share one)."""
+    c, s, t = scenario.cluster, scenario.stragglers, scenario.iteration_s
+
+    def rng(*key: int) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence([scenario.seed, STRAGGLER_STREAM, *key]))
+
+    if s.model in ("none", "uneven") or (s.model in ("slow_worker", "disrupted_machine") and s.delay == 0):
+        return [st.nominal(t) for _ in range(c.workers)]
+    if s.model == "slow_worker":
+        return [
+            st.slow_worker(
+                rng(w),
+                t,
+                s.delay,
+                probability=scenario.straggler_probability,
+                points_per_iteration=s.points_per_iteration,
+                max_duration=s.max_duration,
+            )
+            for w in range(c.workers)
+        ]
+    if s.model == "power_law":
+        return [st.power_law(rng(w), t, s.alpha) for w in range(c.workers)]
+    if s.model == "disrupted_machine":
+        per_machine = [
+            st.disrupted_machine(
+                rng(m), t, s.delay, period_s=s.period_s, probability=scenario.straggler_probability
+            )
+            for m in range(c.machines)
+        ]
+        return [per_machine[machine_of(w, c.machines)] for w in range(c.workers)]
+    if s.model == "trace":
+        from traces.alibaba_minibatch import job_factors
+
+        series = [f for job in s.trace_jobs for f in job_factors(job)]
+        offsets = rng(0).integers(0, 10**6, c.workers)
+        # worker w replays trace worker w mod len(series) from a random start, so co-replaying workers
+        # are not in lockstep
+        return [
+            st.trace_driven(t, series[w % len(series)], int(offsets[w]) % len(series[w % len(series)]))
+            for w in range(c.workers)
+        ]
+    raise ValueError(f"unknown straggler model {s.model!r}")  # pragma: no cover - schema forbids it
+
+
+def machines(scenario: FlexRRScenario, items: list[int]) -> list[RRWorker]:
+    c = scenario.cluster
+    cfg = rr_config(scenario)
+    helpers = helper_groups(c.workers, c.machines, cfg.helper_group_size)
+    helpees = helpee_groups(helpers)
+    bounds = np.concatenate([[0], np.cumsum(items)])
+    return [
+        RRWorker(w, int(bounds[w]), int(bounds[w + 1]), helpers[w], helpees[w], cfg, scenario.iterations)
+        for w in range(c.workers)
+    ]
+
+
+def run_tables(
+    scenario: FlexRRScenario, items: list[int], iteration_log: list[tuple], commits: pd.DataFrame
+) -> tuple[pd.DataFrame, dict[str, float | int | str]]:
+    """The ``iterations`` table and the info both executors report, from what they logged: one
+    ``(worker, iteration, start_s, own_done_s, end_s)`` row per worker iteration, and the commits."""
+    helped = commits[commits["kind"] == "help"]
+    reassigned = (
+        helped.assign(n=helped["end_item"] - helped["start_item"]).groupby(["owner", "iteration"])["n"].sum()
+    )
+    machines_n = scenario.cluster.machines
+    rows = [
+        (w, machine_of(w, machines_n), it, start, own_done, end, items[w], int(reassigned.get((w, it), 0)))
+        for w, it, start, own_done, end in iteration_log
+    ]
+    iterations = frame(rows, "iterations").sort_values(["iteration", "worker"], ignore_index=True)
+    total_work = sum(items) * scenario.iterations / scenario.items_per_worker
+    info: dict[str, float | int | str] = {
+        "mode": scenario.mode,
+        "slack": scenario.effective_slack,
+        "workers": scenario.cluster.workers,
+        "iterations": scenario.iterations,
+        "makespan_s": float(iterations["end_s"].max()),
+        # The Ideal bound of §3.4.1 from the same straggler realisation the run saw.
+        "ideal_s": st.ideal_time(profiles(scenario), total_work),
+        "total_items": int(sum(items) * scenario.iterations),
+    }
+    return iterations, info

@@ -1,0 +1,24 @@
+"""The scenario kinds: for each ``kind:`` value, its schema and the fields of it that hold file paths.
+
+A scenario file names its kind; the loader validates it against that kind's model. Each kind is one
+grain of the simulator (DESIGN.md "Fidelity levels"): Gavel at job level, FlexRR at iteration/message
+level, spot markets at instance level, PipeDream at op level.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from scenarios.flexrr_schema import FlexRRScenario
+from scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
+from scenarios.schema import PATH_FIELDS, Scenario
+from scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
+
+AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario
+
+KINDS: dict[str, tuple[type[BaseModel], dict[str, tuple[str, ...]]]] = {
+    "gavel": (Scenario, PATH_FIELDS),
+    "flexrr": (FlexRRScenario, {}),
+    "pipedream": (PipeDreamScenario, PIPEDREAM_PATH_FIELDS),
+    "spot": (SpotScenario, SPOT_PATH_FIELDS),
+}

@@ -1,0 +1,143 @@
+"""The scenario schema of PipeDream-level runs (``kind: pipedream``): a model profile, a cluster, a
+pipeline schedule and the planner's options. Units are in the field names (GB/s = 1e9 bytes/s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+from scenarios.schema import ScenarioBase, _Strict
+from traces.pipedream_profile import BUNDLED_BATCH_SIZES
+
+# For the scenario loader: fields holding a file path, with the words that are not paths (bundled
+# model names), like ``scenarios.schema.PATH_FIELDS``.
+PIPEDREAM_PATH_FIELDS: dict[str, tuple[str, ...]] = {"model.profile": tuple(BUNDLED_BATCH_SIZES)}
+
+
+class PipeDreamModel(_Strict):
+    """Which per-layer profile to plan and simulate."""
+
+    profile: str = "vgg16"  # a bundled model name or a path to a PipeDream graph.txt
+    profile_batch_size: PositiveInt | None = None  # samples per profiled minibatch (bundled: known)
+    max_blocks: PositiveInt = 64  # coarsen bigger graphs to this many blocks for the planner
+
+    @model_validator(mode="after")
+    def _profile_exists(self) -> PipeDreamModel:
+        if self.profile in BUNDLED_BATCH_SIZES:
+            return self
+        if not Path(self.profile).exists():
+            raise ValueError(
+                f"profile must be a bundled model ({', '.join(BUNDLED_BATCH_SIZES)}) or a graph.txt path;"
+                f" not found: {self.profile}"
+            )
+        if self.profile_batch_size is None:
+            raise ValueError(
+                "profile_batch_size is required for a profile file (graph.txt does not record it)"
+            )
+        return self
+
+
+class PipeDreamCluster(_Strict):
+    """Identical servers of ``devices_per_server`` devices; two link classes (seed 001 Fig 2.6)."""
+
+    servers: PositiveInt = 2
+    devices_per_server: PositiveInt = 4
+    memory_gib: PositiveFloat = 16.0  # per device
+    intra_bandwidth_gbs: PositiveFloat = 10.0  # GB/s inside a server (PCIe ~10-15, NVLink ~30)
+    inter_bandwidth_gbs: PositiveFloat = 1.25  # GB/s between servers (10 Gbps)
+    intra_latency_us: NonNegativeFloat = 10.0
+    inter_latency_us: NonNegativeFloat = 50.0
+    # Relative speed per device (1.0 = the profiled GPU); None: all 1.0. Heterogeneous clusters.
+    speeds: list[PositiveFloat] | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return self.servers * self.devices_per_server
+
+    @model_validator(mode="after")
+    def _speeds_match(self) -> PipeDreamCluster:
+        if self.speeds is not None and len(self.speeds) != self.num_devices:
+            raise ValueError(
+                f"speeds needs one value per device ({self.num_devices}), got {len(self.speeds)}"
+            )
+        return self
+
+
+class PipeDreamStage(_Strict):
+    """A hand-written stage: layers ``first..last`` (inclusive, profile positions) on ``replicas``."""
+
+    first: NonNegativeInt
+    last: NonNegativeInt
+    replicas: PositiveInt = 1
+
+
+class PipeDreamPlanner(_Strict):
+    """How stages are chosen.
+
+    ``hierarchical``: the DP of seed 001 §2.4.1 over (devices per server, servers); ``flat``: one level
+    of every device at the inter-server bandwidth (seed 004); ``straight``: no replicated stages, one
+    stage per device; ``manual``: ``stages`` as given. Schedules other than ``1f1b`` run straight
+    pipelines only, so for them the planner is forced to ``straight`` (unless ``manual``).
+    """
+
+    mode: Literal["hierarchical", "flat", "straight", "manual"] = "hierarchical"
+    convention: Literal["dissertation", "arxiv", "code"] = "dissertation"
+    stages: list[PipeDreamStage] | None = None
+
+    @model_validator(mode="after")
+    def _manual_has_stages(self) -> PipeDreamPlanner:
+        if (self.mode == "manual") != (self.stages is not None):
+            raise ValueError("give stages exactly when mode is manual")
+        return self
+
+
+class PipeDreamMemory(_Strict):
+    """Memory accounting: gradients and optimizer state per weight byte, activation recomputation."""
+
+    recompute: bool = False
+    gradient_factor: NonNegativeFloat = 1.0
+    optimizer_factor: NonNegativeFloat = 2.0  # Adam: 2; SGD with momentum: 1
+
+
+class PipeDreamScenario(ScenarioBase):
+    """One pipeline-parallel training run: plan stages for a profiled model, generate a schedule's op
+    lists and execute them op by op."""
+
+    kind: Literal["pipedream"]
+    model: PipeDreamModel = PipeDreamModel()
+    cluster: PipeDreamCluster = PipeDreamCluster()
+    schedule: Literal["gpipe", "flush", "1f1b", "2bw", "interleaved"] = "1f1b"
+    microbatch_size: PositiveInt = 64  # samples per microbatch
+    microbatches: PositiveInt = 64  # per minibatch (1f1b: inputs simulated, rounded up to a multiple of
+    # every stage's replica count)
+    num_batches: PositiveInt = 1
+    chunks_per_device: PositiveInt = 1  # interleaved only
+    in_flight: list[PositiveInt] | None = None  # 1f1b only: inputs in flight per stage replica
+    data_parallel: PositiveInt = 1  # identical pipeline copies (sync schedules); devices split evenly
+    optimizer_step_ms: NonNegativeFloat = 0.0
+    # Wait-free backprop: gradient all-reduces overlap the backward that produces them (DDP buckets).
+    overlap_allreduce: bool = True
+    planner: PipeDreamPlanner = PipeDreamPlanner()
+    memory: PipeDreamMemory = PipeDreamMemory()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PipeDreamScenario:
+        if self.chunks_per_device > 1 and self.schedule != "interleaved":
+            raise ValueError("chunks_per_device > 1 needs schedule: interleaved")
+        if self.in_flight is not None and self.schedule != "1f1b":
+            raise ValueError("in_flight applies to schedule: 1f1b only")
+        if self.cluster.num_devices % self.data_parallel:
+            raise ValueError(
+                f"data_parallel={self.data_parallel} must divide the {self.cluster.num_devices} devices"
+            )
+        if self.data_parallel > 1 and self.schedule == "1f1b":
+            raise ValueError("1f1b replicates stages itself (planner); use data_parallel with sync schedules")
+        return self

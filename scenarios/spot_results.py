@@ -1,0 +1,109 @@
+"""Column contract of the spot run's event tables (``RunResult.tables``). Times are seconds from the job's
+start (``info["start_timestamp"]`` gives its wall-clock time in the trace); money is USD.
+
+* ``acquisitions`` — one row per allocation (k instances of one type, one bid, acquired together):
+  ``end_reason`` ∈ evicted | released (BidBrain did not renew) | job_done | max_runtime |
+  request_failed (price above the bid when the request was due) | cancelled (still pending at the end).
+  ``bid`` is inf for on-demand; ``zone`` is ``on-demand`` for on-demand allocations.
+* ``evictions`` — one row per provider eviction: warning at ``time_s``, termination at ``terminate_s``;
+  ``recovery`` ∈ end_of_life_flush | effective_failure (AgileML stages 2/3) | stateless (stage 1) |
+  checkpoint_rollback | none (still booting); ``lost_work`` = work units rolled back.
+* ``bills`` — every money movement: ``kind`` ∈ charge (an hour, at its start) | refund (negative: the
+  hour of a provider eviction) | settle (per-second billing) | prorate (negative: the unused part of
+  the last hour when the job ends). The run's cost is the sum of ``amount_usd``.
+* ``progress`` — one row per change of the work rate: ``work_done`` (work units) at ``time_s``, the new
+  ``rate`` (work units per hour), live machine counts, AgileML ``stage`` (0: not AgileML), the
+  cumulative number of partition ``migrations`` and the event.
+* ``usage`` — machine time by billing hour: ``paid`` False for an hour refunded by an eviction (free
+  compute, Proteus Fig. 10).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from scenarios.results import RunResult
+
+SPOT_TABLES: dict[str, dict[str, str]] = {
+    "acquisitions": {
+        "alloc_id": "int64",
+        "instance_type": "str",
+        "zone": "str",
+        "count": "int64",
+        "bid": "float64",
+        "on_demand": "bool",
+        "requested_s": "float64",
+        "granted_s": "float64",  # NaN: never granted
+        "ready_s": "float64",  # NaN: never ready
+        "ended_s": "float64",
+        "end_reason": "str",
+    },
+    "evictions": {
+        "time_s": "float64",
+        "terminate_s": "float64",
+        "alloc_id": "int64",
+        "instance_type": "str",
+        "zone": "str",
+        "count": "int64",
+        "price": "float64",
+        "bid": "float64",
+        "recovery": "str",
+        "lost_work": "float64",
+    },
+    "bills": {
+        "time_s": "float64",
+        "alloc_id": "int64",
+        "kind": "str",
+        "amount_usd": "float64",
+        "hour_start_s": "float64",
+        "on_demand": "bool",
+    },
+    "progress": {
+        "time_s": "float64",
+        "work_done": "float64",
+        "rate": "float64",
+        "n_reliable": "int64",
+        "n_transient": "int64",
+        "stage": "int64",
+        "migrations": "int64",  # partition moves so far (AgileML ActivePS re-assignments)
+        "event": "str",
+    },
+    "usage": {
+        "alloc_id": "int64",
+        "start_s": "float64",
+        "end_s": "float64",
+        "on_demand": "bool",
+        "count": "int64",
+        "work_rate": "float64",
+        "paid": "bool",
+    },
+}
+
+
+def to_frame(name: str, rows: list[dict]) -> pd.DataFrame:
+    """Rows as a table with exactly the contract's columns and dtypes (an empty table keeps them)."""
+    columns = SPOT_TABLES[name]
+    frame = pd.DataFrame(rows, columns=list(columns))
+    for column, dtype in columns.items():
+        frame[column] = frame[column].astype(str if dtype == "str" else dtype)
+    return frame
+
+
+def check_spot_tables(result: RunResult) -> None:
+    """Raise ``ValueError`` naming every missing table or column, or a column of the wrong dtype."""
+    problems = []
+    for name, columns in SPOT_TABLES.items():
+        table = result.tables.get(name)
+        if table is None:
+            problems.append(f"table {name!r} is missing")
+            continue
+        for column, dtype in columns.items():
+            if column not in table.columns:
+                problems.append(f"{name}.{column} is missing")
+            elif dtype == "str":
+                if not pd.api.types.is_string_dtype(table[column]):
+                    problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected str")
+            elif table[column].dtype != dtype:
+                problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected {dtype}")
+    if problems:
+        raise ValueError("spot run result breaks the table contract: " + "; ".join(problems))

@@ -1,0 +1,145 @@
+"""The ``kind: spot`` scenario: a training job acquiring spot/on-demand machines from a replayed market.
+
+Validated like every scenario (unknown fields are errors; strict types) and loaded by
+``scenarios.load.load_scenario``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from scenarios.schema import ScenarioBase, _Strict
+
+DEFAULT_SPOT_SCENARIO = Path(__file__).with_name("spot-default.yaml")
+# Bundled trace names (traces/spot_prices.py BUNDLED_SPOT_TRACES); anything else is a path.
+BUNDLED_TRACE_NAMES = ("aws-p2-p3-us-east-1-2020",)
+SPOT_PATH_FIELDS: dict[str, tuple[str, ...]] = {
+    "market.trace": BUNDLED_TRACE_NAMES,
+    "market.on_demand": ("bundled",),
+}
+
+
+class Synthetic(_Strict):
+    """Replace the trace by one generated from a model fitted to it (traces/spot_generator.py).
+
+    ``spikes_per_h`` etc. override the fitted spike process (a what-if: post-2017 prices have almost no
+    spikes, the 2016 auction market had many); null keeps the fitted values.
+    """
+
+    spikes_per_h: NonNegativeFloat | None = None
+    spike_multiple: PositiveFloat | None = None
+    spike_mean_s: PositiveFloat | None = None
+
+
+class MarketSpec(_Strict):
+    """Which prices and markets the job may use, and how the trace is split."""
+
+    trace: str = "aws-p2-p3-us-east-1-2020"
+    on_demand: str = "bundled"  # on-demand price table (instance_type,vcpus,gpus,price), or "bundled"
+    instance_types: list[str] = Field(default_factory=lambda: ["p2.xlarge", "p3.2xlarge"], min_length=1)
+    zones: list[str] | None = None  # null: every zone in the trace for these types
+    train_days: PositiveFloat = 60.0  # BidBrain's β window: the first train_days of the trace
+    start: str | None = None  # ISO time of the job's start; null: a seeded random start after training
+    synthetic: Synthetic | None = None
+
+    @field_validator("trace")
+    @classmethod
+    def _trace_exists(cls, value: str) -> str:
+        if value not in BUNDLED_TRACE_NAMES and not Path(value).is_file():
+            raise ValueError(
+                f"expected {' or '.join(BUNDLED_TRACE_NAMES)} or a price file; not found: {value}"
+            )
+        return value
+
+    @field_validator("on_demand")
+    @classmethod
+    def _table_exists(cls, value: str) -> str:
+        if value != "bundled" and not Path(value).is_file():
+            raise ValueError(f"expected bundled or an on-demand price CSV; not found: {value}")
+        return value
+
+
+class Job(_Strict):
+    """The job's size: the work a reference on-demand cluster does in ``reference_hours``."""
+
+    reference_type: str = "p2.xlarge"
+    reference_count: PositiveInt = 64
+    reference_hours: PositiveFloat = 2.0
+    work: PositiveFloat | None = None  # work units (ν·hours); null: reference_count × ν × reference_hours
+    max_scale: Annotated[float, Field(ge=1.0)] = 3.0  # BidBrain may hold up to this × the reference ν
+    work_rate: dict[str, PositiveFloat] = Field(default_factory=dict)  # ν per type; default: vCPUs
+
+
+class Billing(_Strict):
+    model: Literal["hourly_refund", "per_second", "fixed_preemptible"] = "hourly_refund"
+    warning_s: NonNegativeFloat | None = None  # null: the provider's (EC2 120 s, GCE 30 s)
+    preemptions_per_h: NonNegativeFloat = 0.0  # fixed_preemptible: exponential preemption rate
+
+
+class BidBrainSpec(_Strict):
+    period_s: PositiveFloat = 120.0
+    renewal_lead_s: PositiveFloat = 300.0
+    phi: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    sigma_s: NonNegativeFloat = 60.0
+    lambda_s: NonNegativeFloat = 120.0
+    table_step_s: PositiveFloat = 60.0  # start-time spacing of the β estimate
+
+
+class AgileMLSpec(_Strict):
+    reliable_type: str = "p2.xlarge"
+    reliable_count: PositiveInt = 3
+    stage2_above: PositiveFloat = 1.0
+    stage3_above: PositiveFloat = 15.0
+    poll_s: NonNegativeFloat = 5.0
+    partition_mb: NonNegativeFloat = 64.0
+    nic_gbps: PositiveFloat = 1.0
+    consistent_lag_s: NonNegativeFloat = 10.0
+    eviction_stall_s: NonNegativeFloat = 5.0
+
+
+class CheckpointSpec(_Strict):
+    interval_s: PositiveFloat = 1800.0
+    overhead: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.17  # Proteus §6.3: 17% measured
+    restart_s: NonNegativeFloat = 300.0
+
+
+class Provisioning(_Strict):
+    request_delay_s: NonNegativeFloat = 60.0
+    boot_s: NonNegativeFloat = 120.0
+
+
+class SpotScenario(ScenarioBase):
+    """One spot-market run: market, job, acquisition policy, fault tolerance, billing."""
+
+    kind: Literal["spot"]
+    market: MarketSpec = MarketSpec()
+    job: Job = Job()
+    # bidbrain (Proteus) | standard (cheapest, bid on demand) | just_above (cheapest, bid price + $0.0001)
+    # | on_demand (the reference cluster, all on demand)
+    policy: Literal["bidbrain", "standard", "just_above", "on_demand"] = "bidbrain"
+    fault_tolerance: Literal["agileml", "checkpoint"] = "agileml"
+    billing: Billing = Billing()
+    bidbrain: BidBrainSpec = BidBrainSpec()
+    agileml: AgileMLSpec = AgileMLSpec()
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    provisioning: Provisioning = Provisioning()
+    max_runtime_h: PositiveFloat = 720.0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpotScenario:
+        if self.billing.model == "fixed_preemptible" and self.policy in ("bidbrain", "just_above"):
+            raise ValueError(
+                f"policy {self.policy} needs a price-driven market; with billing.model fixed_preemptible "
+                "use standard or on_demand"
+            )
+        return self

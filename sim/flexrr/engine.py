@@ -1,0 +1,248 @@
+"""Iteration- and message-level executor of data-parallel training with FlexRR (seed 000, ch. 3).
+
+A discrete-event loop over a heap. Between events every worker processes items at the rate its straggler
+profile gives, in closed form; events are only: a worker reaching a point where its policy needs control
+(a task's end, its progress checkpoint, or the first message check after a message arrived), a message
+arriving, and the SSP gate opening. Message checks happen every ``items / message_checks`` items of
+processing (§3.3.2); a message that arrives while a worker is busy waits for the next one, and an idle
+worker (at the gate, or waiting for its helpers) polls and sees it at once.
+
+We use our own heap rather than SimPy processes: one FlexRR run has ~10^5 events and a SimPy process
+switch per message check would cost ~10x more, while nothing here needs SimPy's resources. Every
+decision is taken by ``policies.flexrr.worker.RRWorker``; this module only moves time and messages.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from policies.flexrr.config import RRConfig
+from policies.flexrr.consistency import gating_iteration
+from policies.flexrr.messages import Commit, IterationDone, Message, Wasted
+from policies.flexrr.stragglers import SpeedProfile
+from policies.flexrr.worker import RRWorker
+
+_STOP, _ARRIVE, _GATE = 0, 1, 2
+
+
+@dataclass
+class EngineConfig:
+    slack: int
+    iterations: int
+    latency_s: float = 0.001  # one-way control-message latency
+    latency_jitter_s: float = 0.0  # plus an exponential with this mean (reorders messages)
+    ps_sync_s: float = 0.0  # from the last needed iteration's completion to the gate opening
+    record_messages: bool = True
+
+
+@dataclass
+class EngineLog:
+    iterations: list[tuple] = field(default_factory=list)  # worker, it, start, own_done, done
+    commits: list[tuple] = field(default_factory=list)  # owner, it, start, end, by, kind, time
+    messages: list[tuple] = field(default_factory=list)  # kind, src, dst, sent, arrived, it, start, end
+    wasted: list[tuple] = field(default_factory=list)  # worker, items, time
+    gate_opens: list[tuple] = field(default_factory=list)  # worker, iteration, time, min_completed
+    events: int = 0
+
+
+class _Slot:
+    """Executor-side state of one worker: its policy machine, profile and current busy segment."""
+
+    __slots__ = (
+        "machine",
+        "profile",
+        "nominal_items",
+        "check_every",
+        "odo",
+        "seg_t0",
+        "seg_w0",
+        "target",
+        "busy",
+        "version",
+        "mailbox",
+    )
+
+    def __init__(self, machine: RRWorker, profile: SpeedProfile, nominal_items: int, checks: int) -> None:
+        self.machine = machine
+        self.profile = profile
+        self.nominal_items = nominal_items
+        self.check_every = max(1, round(machine.n / checks))
+        self.odo = 0  # items processed by this worker so far (of any kind)
+        self.seg_t0 = 0.0
+        self.seg_w0 = 0
+        self.target = 0
+        self.busy = False
+        self.version = 0
+        self.mailbox: list[Message] = []
+
+
+class Engine:
+    def __init__(
+        self,
+        machines: Sequence[RRWorker],
+        profiles: Sequence[SpeedProfile],
+        nominal_items: int,
+        rr: RRConfig,
+        config: EngineConfig,
+        rng: np.random.Generator,
+        progress: Callable[[float, str], None] | None = None,
+    ) -> None:
+        self.slots = [
+            _Slot(m, p, nominal_items, rr.message_checks) for m, p in zip(machines, profiles, strict=True)
+        ]
+        self.config = config
+        self.rng = rng
+        self.progress = progress
+        self.heap: list[tuple[float, int, int, int, object]] = []
+        self.seq = 0
+        self.completed = [0] * len(self.slots)
+        self.min_completed = 0
+        # time at which every worker had completed k iterations
+        self.min_time: list[float] = [0.0]
+        self.log = EngineLog()
+
+    # ---- event plumbing ------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, worker: int, payload: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, worker, payload))
+
+    def run(self) -> EngineLog:
+        for w in range(len(self.slots)):
+            self._push(0.0, _GATE, w, None)
+        total = self.config.iterations * len(self.slots)
+        reported = 0
+        while self.heap:
+            t, _, kind, w, payload = heapq.heappop(self.heap)
+            self.log.events += 1
+            slot = self.slots[w]
+            if kind == _STOP:
+                if payload != slot.version:
+                    continue  # superseded by an earlier message check
+                self._stop(w, t)
+            elif kind == _ARRIVE:
+                self._arrive(w, t, payload)  # type: ignore[arg-type]
+            else:
+                if not slot.busy:
+                    self._reschedule(w, t)
+            if self.progress is not None:
+                done = sum(self.completed)
+                if done - reported >= max(1, total // 100):
+                    reported = done
+                    self.progress(done / total, f"{done}/{total} worker-iterations")
+        unfinished = [w for w, c in enumerate(self.completed) if c < self.config.iterations]
+        if unfinished:
+            raise RuntimeError(f"simulation stalled: workers {unfinished[:8]} did not finish")
+        return self.log
+
+    # ---- worker transitions --------------------------------------------------------------------
+    def _stop(self, w: int, t: float) -> None:
+        slot = self.slots[w]
+        items = slot.target - slot.seg_w0
+        slot.odo = slot.target
+        slot.busy = False
+        self._dispatch(w, t, slot.machine.advance(t, items))
+        self._drain(w, t)
+        self._reschedule(w, t)
+
+    def _drain(self, w: int, t: float) -> None:
+        slot = self.slots[w]
+        while slot.mailbox:
+            batch, slot.mailbox = slot.mailbox, []
+            for msg in batch:
+                self._dispatch(w, t, slot.machine.receive(t, msg))
+
+    def _arrive(self, w: int, t: float, msg: Message) -> None:
+        slot = self.slots[w]
+        slot.mailbox.append(msg)
+        if not slot.busy:
+            self._drain(w, t)
+            self._reschedule(w, t)
+            return
+        # the next message check after t: a multiple of check_every items of processing
+        done = (
+            slot.seg_w0
+            + slot.profile.work_in(slot.seg_t0, slot.seg_w0 / slot.nominal_items, t - slot.seg_t0)
+            * slot.nominal_items
+        )
+        boundary = (math.floor(done / slot.check_every + 1e-9) + 1) * slot.check_every
+        boundary = max(boundary, slot.seg_w0 + 1)
+        if boundary < slot.target:
+            self._schedule_stop(w, boundary)
+
+    def _schedule_stop(self, w: int, target: int) -> None:
+        slot = self.slots[w]
+        slot.target = target
+        slot.version += 1
+        dt = slot.profile.elapsed(
+            slot.seg_t0, slot.seg_w0 / slot.nominal_items, (target - slot.seg_w0) / slot.nominal_items
+        )
+        self._push(slot.seg_t0 + dt, _STOP, w, slot.version)
+
+    def _reschedule(self, w: int, t: float) -> None:
+        """Start whatever the machine wants next, or idle (polling messages and the gate)."""
+        slot = self.slots[w]
+        m = slot.machine
+        while True:
+            if slot.mailbox:
+                self._drain(w, t)
+                continue
+            task = m.task()
+            if task is not None:
+                slot.busy = True
+                slot.seg_t0, slot.seg_w0 = t, slot.odo
+                self._schedule_stop(w, slot.odo + m.items_until_stop())
+                return
+            slot.busy = False
+            slot.version += 1
+            if not m.ready_for_iteration():
+                return
+            need = gating_iteration(m.iteration, self.config.slack)
+            if self.min_completed < need:
+                return  # woken by _dispatch when the slowest worker catches up
+            opens = self.min_time[need] + self.config.ps_sync_s if need > 0 else 0.0
+            if opens > t:
+                self._push(opens, _GATE, w, None)
+                return
+            self.log.gate_opens.append((w, m.iteration, t, self.min_completed))
+            self._dispatch(w, t, m.start_iteration(t))
+
+    def _dispatch(self, w: int, t: float, actions: list) -> None:
+        cfg = self.config
+        for a in actions:
+            if isinstance(a, Commit):
+                self.log.commits.append((a.owner, a.iteration, a.start, a.end, a.by, a.kind, t))
+            elif isinstance(a, IterationDone):
+                self.log.iterations.append((a.worker, a.iteration, a.started_at, a.own_done_at, a.done_at))
+                self.completed[w] += 1
+                new_min = min(self.completed)
+                while self.min_completed < new_min:
+                    self.min_completed += 1
+                    self.min_time.append(t)
+                    for v, slot in enumerate(self.slots):
+                        if not slot.busy and slot.machine.ready_for_iteration():
+                            self._push(t + cfg.ps_sync_s, _GATE, v, None)
+            elif isinstance(a, Wasted):
+                self.log.wasted.append((a.worker, a.items, t))
+            else:  # a message
+                delay = cfg.latency_s
+                if cfg.latency_jitter_s > 0:
+                    delay += float(self.rng.exponential(cfg.latency_jitter_s))
+                self._push(t + delay, _ARRIVE, a.dst, a)
+                if cfg.record_messages:
+                    self.log.messages.append(
+                        (
+                            type(a).__name__,
+                            a.src,
+                            a.dst,
+                            t,
+                            t + delay,
+                            getattr(a, "iteration", -1),
+                            getattr(a, "start", -1),
+                            getattr(a, "end", -1),
+                        )
+                    )

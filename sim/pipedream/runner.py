@@ -1,0 +1,228 @@
+"""From a ``PipeDreamScenario`` to a ``RunResult``: load the profile, plan stages, generate the op lists,
+execute them and tabulate. All decisions come from ``policies.pipedream``; this file only wires."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from policies.pipedream.ops import Schedule
+from policies.pipedream.partition import Level, PartitionPlan, StagePlan, plan_partition
+from policies.pipedream.schedules import make_schedule
+from scenarios.errors import InputError
+from scenarios.pipedream_results import PIPEDREAM_TABLES
+from scenarios.pipedream_schema import PipeDreamScenario
+from scenarios.results import RunResult
+from sim.pipedream.executor import SimOutcome, simulate
+from sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
+from traces.pipedream_profile import BUNDLED_BATCH_SIZES, ModelProfile, bundled_profile, load_profile
+
+GB = 1e9
+GIB = 2.0**30
+
+
+def scenario_profile(scenario: PipeDreamScenario) -> ModelProfile:
+    """The scenario's profile, rescaled to its microbatch size and coarsened for the planner."""
+    spec = scenario.model
+    if spec.profile in BUNDLED_BATCH_SIZES:
+        raw = bundled_profile(spec.profile)
+    else:
+        raw = load_profile(spec.profile, spec.profile_batch_size)
+    return raw.scaled(scenario.microbatch_size).coarsened(spec.max_blocks)
+
+
+def network_of(scenario: PipeDreamScenario) -> Network:
+    c = scenario.cluster
+    return Network(
+        intra_bandwidth=c.intra_bandwidth_gbs * GB,
+        intra_latency=c.intra_latency_us * 1e-6,
+        inter_bandwidth=c.inter_bandwidth_gbs * GB,
+        inter_latency=c.inter_latency_us * 1e-6,
+    )
+
+
+def plan_stages(scenario: PipeDreamScenario, profile: ModelProfile) -> PartitionPlan:
+    """Stages (layer ranges and replicas) for one pipeline copy, as the scenario's planner mode says."""
+    c = scenario.cluster
+    per_pipeline = c.num_devices // scenario.data_parallel
+    compute = profile.compute_s()
+    params = [lay.parameter_bytes for lay in profile.layers]
+    cuts = list(profile.cut_bytes)
+    mode = scenario.planner.mode
+    where = f"{scenario.name}: planner"
+    if mode == "manual":
+        stages = tuple(StagePlan(s.first, s.last, s.replicas) for s in scenario.planner.stages or ())
+        _check_manual(stages, profile.num_layers, per_pipeline, scenario, where)
+        return PartitionPlan(stages, math.nan, math.ceil(per_pipeline / stages[0].replicas))
+    if scenario.schedule != "1f1b":
+        mode = "straight"  # the synchronous schedules here run straight pipelines
+    chunks = per_pipeline * scenario.chunks_per_device
+    if mode == "straight":
+        if profile.num_layers < chunks:
+            raise InputError(where, f"{profile.num_layers} layer blocks cannot fill {chunks} stages")
+        spans = per_pipeline > c.devices_per_server
+        bandwidth = (c.inter_bandwidth_gbs if spans else c.intra_bandwidth_gbs) * GB
+        return plan_partition(
+            compute, params, cuts, [Level(chunks, bandwidth)], scenario.planner.convention, True
+        )
+    if mode == "flat":
+        levels = [Level(per_pipeline, c.inter_bandwidth_gbs * GB)]
+    else:
+        levels = [Level(c.devices_per_server, c.intra_bandwidth_gbs * GB)]
+        if c.servers > 1:
+            levels.append(Level(c.servers, c.inter_bandwidth_gbs * GB))
+    return plan_partition(compute, params, cuts, levels, scenario.planner.convention)
+
+
+def _check_manual(
+    stages: Sequence[StagePlan], layers: int, devices: int, scenario: PipeDreamScenario, where: str
+) -> None:
+    expected = 0
+    for i, st in enumerate(stages):
+        if st.first != expected or st.last < st.first:
+            raise InputError(
+                where, f"stage {i} must start at layer {expected} and end at or after it; got {st}"
+            )
+        expected = st.last + 1
+    if expected != layers:
+        raise InputError(
+            where, f"stages must cover layers 0..{layers - 1} (after coarsening); they end at {expected - 1}"
+        )
+    chunks = devices * scenario.chunks_per_device
+    if scenario.schedule == "1f1b":
+        if sum(st.replicas for st in stages) != devices:
+            raise InputError(where, f"replicas must add up to the {devices} devices of a pipeline")
+    elif len(stages) != chunks or any(st.replicas != 1 for st in stages):
+        raise InputError(where, f"schedule {scenario.schedule} needs {chunks} unreplicated stages")
+
+
+def chunk_costs(profile: ModelProfile, stages: Sequence[StagePlan]) -> list[ChunkCost]:
+    """Per-stage costs for one microbatch (the profile is already at the microbatch size)."""
+    out = []
+    for i, st in enumerate(stages):
+        group = profile.layers[st.first : st.last + 1]
+        out.append(
+            ChunkCost(
+                forward_s=sum(g.forward_s for g in group),
+                backward_s=sum(g.backward_s for g in group),
+                parameter_bytes=sum(g.parameter_bytes for g in group),
+                activation_bytes=sum(g.activation_bytes for g in group),
+                input_bytes=profile.cut_bytes[st.first - 1] if st.first > 0 else 0.0,
+                output_bytes=profile.cut_bytes[st.last] if i + 1 < len(stages) else 0.0,
+            )
+        )
+    return out
+
+
+def build(
+    scenario: PipeDreamScenario,
+) -> tuple[ModelProfile, PartitionPlan, Schedule, list[ChunkCost], list[Device]]:
+    """Everything the executor needs, without running it (also used by the real runtime and tests)."""
+    profile = scenario_profile(scenario)
+    plan = plan_stages(scenario, profile)
+    replicas = tuple(s.replicas for s in plan.stages)
+    microbatches = scenario.microbatches
+    if scenario.schedule == "interleaved":
+        replicas = (1,) * (len(plan.stages) // scenario.chunks_per_device)
+    elif scenario.schedule == "1f1b":
+        # Replicas of a stage all-reduce after every backward, so each must run equally many inputs:
+        # round the simulated input count up to a multiple of every replica count.
+        step = math.lcm(*replicas)
+        microbatches = -(-microbatches // step) * step
+    try:
+        schedule = make_schedule(
+            scenario.schedule,
+            replicas,
+            microbatches,
+            scenario.num_batches,
+            scenario.chunks_per_device,
+            tuple(scenario.in_flight) if scenario.in_flight else None,
+        )
+    except ValueError as err:
+        raise InputError(f"{scenario.name}: schedule", str(err)) from None
+    c = scenario.cluster
+    speeds = c.speeds or [1.0] * c.num_devices
+    devices = [
+        Device(speed=speeds[i], memory_bytes=c.memory_gib * GIB, server=i // c.devices_per_server)
+        for i in range(len(schedule.workers))
+    ]
+    return profile, plan, schedule, chunk_costs(profile, plan.stages), devices
+
+
+def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
+    """Plan, generate and simulate; tables follow ``scenarios.pipedream_results.PIPEDREAM_TABLES``."""
+    started = time.perf_counter()
+    profile, plan, schedule, costs, devices = build(scenario)
+    planned = time.perf_counter()
+    memory = MemoryModel(
+        gradient_factor=scenario.memory.gradient_factor,
+        optimizer_factor=scenario.memory.optimizer_factor,
+        recompute=scenario.memory.recompute,
+    )
+    outcome = simulate(
+        schedule,
+        costs,
+        devices,
+        network_of(scenario),
+        memory,
+        optimizer_step_s=scenario.optimizer_step_ms / 1000.0,
+        parallel_pipelines=scenario.data_parallel,
+        overlap_allreduce=scenario.overlap_allreduce,
+        progress=progress,
+    )
+    samples = schedule.num_microbatches * scenario.microbatch_size * scenario.data_parallel
+    info: dict[str, float | int | str] = {
+        "schedule": schedule.name,
+        "config": plan.config,
+        "noam": plan.noam,
+        "predicted_time_per_microbatch_s": plan.time_per_input,
+        "makespan_s": outcome.makespan_s,
+        "samples": samples,
+        "microbatches": schedule.num_microbatches,
+        "num_devices": scenario.cluster.num_devices,
+        "simulated_devices": len(schedule.workers),
+        "data_parallel": scenario.data_parallel,
+        "plan_wall_s": planned - started,
+        "sim_wall_s": time.perf_counter() - planned,
+    }
+    return RunResult(tables=tables(outcome, schedule, plan, costs, devices), info=info)
+
+
+def tables(
+    outcome: SimOutcome,
+    schedule: Schedule,
+    plan: PartitionPlan,
+    costs: Sequence[ChunkCost],
+    devices: Sequence[Device],
+) -> dict[str, pd.DataFrame]:
+    """The three event tables, with the contract's dtypes."""
+    ops = pd.DataFrame(outcome.rows, columns=list(PIPEDREAM_TABLES["ops"]))
+    ops = ops.sort_values(["start_s", "device", "end_s"], kind="stable").reset_index(drop=True)
+    device_rows = []
+    for w_index, worker in enumerate(schedule.workers):
+        d = worker.device
+        device_rows.append(
+            (
+                d,
+                ",".join(str(c) for c in worker.chunks),
+                outcome.busy_s[d],
+                outcome.peak_memory[d],
+                outcome.peak_stashes[w_index],
+                outcome.peak_versions[w_index],
+                devices[d].memory_bytes,
+            )
+        )
+    dev = pd.DataFrame(device_rows, columns=list(PIPEDREAM_TABLES["devices"]))
+    stage_rows = [
+        (i, st.first, st.last, st.replicas, costs[i].forward_s, costs[i].backward_s, costs[i].parameter_bytes)
+        for i, st in enumerate(plan.stages)
+    ]
+    stages = pd.DataFrame(stage_rows, columns=list(PIPEDREAM_TABLES["stages"]))
+    out = {"ops": ops, "devices": dev, "stages": stages}
+    for name, frame in out.items():
+        for column, dtype in PIPEDREAM_TABLES[name].items():
+            frame[column] = frame[column].astype(object if dtype == "str" else dtype)
+    return out

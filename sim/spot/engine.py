@@ -1,0 +1,615 @@
+"""The spot-market executor: SimPy replay of markets, requests, evictions, billing and job progress.
+
+Time advances only by events — price changes, request grants, boots, evictions (warning, then
+termination), billing-hour boundaries, checkpoints, decision points and the job's completion — and
+progress between events is closed form (rate × time), so a 20-hour job costs a few thousand events.
+
+Decisions come from ``policies/``: BidBrain (acquire/renew), Standard (cheapest market, bid on demand),
+AgileML (stage, recovery plan). This module only carries them out and keeps the books.
+
+Work accounting (what the property tests check): ``done`` only grows by rate × elapsed time; a rollback
+subtracts exactly what is recorded as ``lost_work`` in the evictions table, so at any time
+``done = ∫rate dt − Σ lost_work``, and ``done`` never drops below the last consistent state (checkpoint,
+or the BackupPS state for AgileML).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+import simpy
+
+from policies.agileml import (
+    PartitionTable,
+    StageThresholds,
+    choose_active_ps_hosts,
+    choose_stage,
+    num_partitions,
+    plan_recovery,
+)
+from policies.bidbrain import (
+    Allocation,
+    BidBrain,
+    MarketView,
+    SpotRequest,
+    just_above_request,
+    standard_request,
+)
+from policies.bidbrain.cost_model import HOUR_S
+from policies.bidbrain.history import Market
+from sim.spot.billing import BillingModel
+from sim.spot.market import MarketReplay
+from sim.spot.perf import PerfModel
+
+Acquisition = Literal["bidbrain", "standard", "just_above", "on_demand"]
+FaultTolerance = Literal["agileml", "checkpoint"]
+
+
+@dataclass(frozen=True)
+class SpotConfig:
+    """Everything a run needs besides the market; built from a scenario by ``sim.spot.setup``."""
+
+    acquisition: Acquisition
+    fault_tolerance: FaultTolerance
+    billing: BillingModel
+    total_work: float  # work units (ν·hours)
+    target_rate: float  # ν of the reference cluster: what Standard and all-on-demand hold
+    max_rate: float  # most ν the job may hold at once (BidBrain's cap)
+    on_demand_prices: dict[str, float]
+    work_rates: dict[str, float]
+    reliable_type: str
+    reliable_count: int  # on-demand reliable machines (AgileML; 0 for checkpoint)
+    request_delay_s: float = 60.0
+    boot_s: float = 120.0
+    checkpoint_interval_s: float = 1800.0
+    checkpoint_overhead: float = 0.17
+    restart_s: float = 300.0
+    poll_s: float = 5.0
+    partition_mb: float = 64.0
+    nic_gbps: float = 1.0
+    consistent_lag_s: float = 10.0
+    eviction_stall_s: float = 5.0
+    thresholds: StageThresholds = StageThresholds()
+    perf: PerfModel | None = None
+    preemption_rate_per_s: float = 0.0  # fixed_preemptible only
+    max_runtime_s: float = 30 * 24 * 3600.0
+
+
+@dataclass
+class _Alloc:
+    alloc: Allocation
+    requested_s: float
+    granted_s: float = math.nan
+    ready_s: float = math.nan
+    ended_s: float = math.nan
+    end_reason: str = ""
+    state: str = "pending"  # pending | booting | running | warned | gone
+    hour_charge: float = 0.0
+    settled_s: float = 0.0
+    drop_at_hour_end: bool = False
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ("booting", "running", "warned", "warned_boot")
+
+    @property
+    def working(self) -> bool:
+        return self.state in ("running", "warned")
+
+
+@dataclass
+class _Books:
+    acquisitions: list[dict] = field(default_factory=list)
+    evictions: list[dict] = field(default_factory=list)
+    bills: list[dict] = field(default_factory=list)
+    progress: list[dict] = field(default_factory=list)
+    usage: list[dict] = field(default_factory=list)
+
+
+class SpotSim:
+    """One run. Call :meth:`run`; then read ``books`` and ``finished_s``."""
+
+    def __init__(
+        self,
+        config: SpotConfig,
+        market: MarketReplay,
+        markets: Sequence[Market],
+        rng: np.random.Generator,
+        bidbrain: BidBrain | None = None,
+        progress: Callable[[float, str], None] | None = None,
+    ) -> None:
+        if config.acquisition == "bidbrain" and bidbrain is None:
+            raise ValueError("BidBrain acquisition needs a BidBrain policy (eviction tables)")
+        self.cfg = config
+        self.market = market
+        self.markets = sorted(markets)
+        self.rng = rng
+        self.bidbrain = bidbrain
+        self.report = progress
+        self.env = simpy.Environment()
+        self.allocs: dict[int, _Alloc] = {}
+        self.books = _Books()
+        self.done = 0.0
+        self.rate = 0.0
+        self.last_t = 0.0
+        self.stall_until = 0.0
+        self.ckpt_work = 0.0
+        self.integrated = 0.0  # ∫ rate dt, for the conservation check
+        self.lost = 0.0
+        self.stage = 0
+        self.finished_s = math.nan
+        self._version = 0
+        self._finish = self.env.event()
+        self._next_id = 0
+        self.partitions: PartitionTable | None = None  # AgileML's partition owners (created with R)
+        self._migrations = 0
+
+    # ---- scheduling helpers -------------------------------------------------------------------
+    def _at(self, t: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at absolute time ``t`` (now if ``t`` is past)."""
+        ev = self.env.timeout(max(t - self.env.now, 0.0))
+        ev.callbacks.append(lambda _ev: None if self._finish.triggered else fn())
+
+    # ---- the run ------------------------------------------------------------------------------
+    def run(self) -> None:
+        cfg = self.cfg
+        for m in self.markets:
+            if cfg.billing.price_evictions:
+                self.env.process(self._market_process(m))
+        if cfg.acquisition == "on_demand":
+            n = math.ceil(cfg.target_rate / cfg.work_rates[cfg.reliable_type] - 1e-9)
+            self._request_on_demand(n)
+        else:
+            if cfg.fault_tolerance == "agileml":
+                self._request_on_demand(cfg.reliable_count)
+            self._decide("start")
+        if (
+            cfg.checkpoint_overhead > 0
+            and cfg.fault_tolerance == "checkpoint"
+            and cfg.acquisition != "on_demand"
+        ):
+            self._at(cfg.checkpoint_interval_s, self._checkpoint)
+        self._at(cfg.max_runtime_s, lambda: self._end("max_runtime"))
+        self.env.run(until=self._finish)
+
+    def _market_process(self, m: Market):  # simpy generator
+        for t, _price in self.market.changes(m, 0.0, self.cfg.max_runtime_s):
+            yield self.env.timeout(t - self.env.now)
+            if self._finish.triggered:
+                return
+            self._price_changed(m)
+
+    # ---- progress -----------------------------------------------------------------------------
+    def _advance(self) -> None:
+        now = self.env.now
+        start = max(self.last_t, self.stall_until)
+        if now > start and self.rate > 0:
+            gained = self.rate * (now - start) / 3600.0
+            self.done += gained
+            self.integrated += gained
+        self.last_t = now
+
+    def _recompute(self, event: str) -> None:
+        """Re-derive the work rate from the live machines, log it, and re-aim the completion event."""
+        self._advance()
+        cfg = self.cfg
+        working = [a for a in self.allocs.values() if a.working]
+        rel = [a for a in working if a.alloc.on_demand]
+        tra = [a for a in working if not a.alloc.on_demand]
+        n_r = sum(a.alloc.count for a in rel)
+        n_t = sum(a.alloc.count for a in tra)
+        nu = sum(a.alloc.count * a.alloc.work_rate for a in working)
+        if cfg.acquisition == "on_demand":
+            self.stage, rate = 0, nu
+        elif cfg.fault_tolerance == "checkpoint":
+            self.stage, rate = 0, nu * (1.0 - cfg.checkpoint_overhead)
+        else:
+            stage = choose_stage(n_r, n_t, cfg.thresholds)
+            self.stage = stage or 0
+            if stage is None or cfg.perf is None:
+                rate = 0.0
+            else:
+                rate = nu / cfg.perf.slowdown(stage, n_r, n_t)
+        self.rate = rate
+        if cfg.fault_tolerance == "agileml" and cfg.acquisition != "on_demand":
+            self._sync_partitions(rel, tra)
+        self.books.progress.append(
+            {
+                "time_s": self.env.now,
+                "work_done": self.done,
+                "rate": rate,
+                "n_reliable": n_r,
+                "n_transient": n_t,
+                "stage": self.stage,
+                "migrations": self._migrations,
+                "event": event,
+            }
+        )
+        self._version += 1
+        if rate > 0:
+            version = self._version
+            t_done = max(self.env.now, self.stall_until) + (cfg.total_work - self.done) / rate * 3600.0
+            self._at(t_done, lambda: self._maybe_done(version))
+        if self.report is not None:
+            self.report(min(self.done / cfg.total_work, 1.0), f"{self.done:.0f}/{cfg.total_work:.0f} work")
+
+    def _sync_partitions(self, rel: list[_Alloc], tra: list[_Alloc]) -> None:
+        """Keep AgileML's partition owners in step with the machines (§3.3): ActivePSs on half of the
+        machines in stages 2/3, longest-running first; none in stage 1 (BackupPSs serve as ParamServs)."""
+        reliable = [n for a in rel for n in _nodes(a)]
+        if self.partitions is None:
+            if not reliable:
+                return
+            max_machines = int(self.cfg.max_rate // min(self.cfg.work_rates.values())) + 1
+            self.partitions = PartitionTable.create(num_partitions(max_machines), reliable)
+        started = {n: a.ready_s for a in tra for n in _nodes(a)}
+        if self.stage in (2, 3):
+            current = [h for h in dict.fromkeys(self.partitions.active) if h is not None]
+            hosts = choose_active_ps_hosts(started, current, len(reliable) + len(started))
+        else:
+            hosts = []
+        self._migrations += len(self.partitions.assign_active(hosts))
+
+    def _maybe_done(self, version: int) -> None:
+        if version != self._version:
+            return
+        self._advance()
+        self.done = max(self.done, self.cfg.total_work)  # float round-off at the last step
+        self._end("job_done")
+
+    def _checkpoint(self) -> None:
+        self._advance()
+        if self.env.now >= self.stall_until:
+            self.ckpt_work = self.done
+        self._at(self.env.now + self.cfg.checkpoint_interval_s, self._checkpoint)
+
+    # ---- acquisition --------------------------------------------------------------------------
+    def _request_on_demand(self, count: int) -> None:
+        if count <= 0:
+            return
+        t = self.cfg.reliable_type
+        self._new_alloc(("" + t, "on-demand"), count, math.inf, on_demand=True)
+
+    def _new_alloc(self, market: Market, count: int, bid: float, on_demand: bool = False) -> _Alloc:
+        aid = self._next_id
+        self._next_id += 1
+        alloc = Allocation(
+            alloc_id=aid,
+            market=market,
+            count=count,
+            bid=bid,
+            price=math.nan,
+            hour_start_s=math.nan,
+            work_rate=self.cfg.work_rates[market[0]],
+            on_demand=on_demand,
+        )
+        rec = _Alloc(alloc, requested_s=self.env.now)
+        self.allocs[aid] = rec
+        self._at(self.env.now + self.cfg.request_delay_s, lambda: self._grant(rec))
+        return rec
+
+    def _current_price(self, rec: _Alloc) -> float:
+        a = rec.alloc
+        if a.on_demand:
+            return self.cfg.on_demand_prices[a.market[0]]
+        if self.cfg.billing.fixed_discount is not None:
+            return (1.0 - self.cfg.billing.fixed_discount) * self.cfg.on_demand_prices[a.market[0]]
+        return self.market.price(a.market, self.env.now)
+
+    def _grant(self, rec: _Alloc) -> None:
+        now = self.env.now
+        price = self._current_price(rec)
+        if not rec.alloc.on_demand and self.cfg.billing.price_evictions and price > rec.alloc.bid:
+            rec.state, rec.ended_s, rec.end_reason = "gone", now, "request_failed"
+            self._log_acquisition(rec)
+            self._decide("request_failed")
+            return
+        rec.alloc = replace(rec.alloc, price=price, hour_start_s=now)
+        rec.state, rec.granted_s, rec.settled_s = "booting", now, now
+        self._charge_hour(rec)
+        self._at(now + self.cfg.boot_s, lambda: self._ready(rec))
+        self._at(now + HOUR_S, lambda: self._hour_boundary(rec))
+        if self.bidbrain is not None and not rec.alloc.on_demand:
+            self._at(self.bidbrain.renewal_check_at(rec.alloc), lambda: self._renewal_check(rec))
+        if not rec.alloc.on_demand and self.cfg.billing.name == "fixed_preemptible":
+            life = self.cfg.billing.max_lifetime_s
+            if self.cfg.preemption_rate_per_s > 0:
+                life = min(life, float(self.rng.exponential(1.0 / self.cfg.preemption_rate_per_s)))
+            self._at(now + max(life - self.cfg.billing.warning_s, 0.0), lambda: self._warn(rec))
+
+    def _ready(self, rec: _Alloc) -> None:
+        if rec.state != "booting":
+            return
+        rec.state, rec.ready_s = "running", self.env.now
+        self._recompute("ready")
+
+    # ---- billing ------------------------------------------------------------------------------
+    def _bill(self, rec: _Alloc, kind: str, amount: float) -> None:
+        self.books.bills.append(
+            {
+                "time_s": self.env.now,
+                "alloc_id": rec.alloc.alloc_id,
+                "kind": kind,
+                "amount_usd": amount,
+                "hour_start_s": rec.alloc.hour_start_s,
+                "on_demand": rec.alloc.on_demand,
+            }
+        )
+
+    def _charge_hour(self, rec: _Alloc) -> None:
+        if self.cfg.billing.hourly or rec.alloc.on_demand:
+            rec.hour_charge = rec.alloc.count * rec.alloc.price
+            self._bill(rec, "charge", rec.hour_charge)
+
+    def _settle(self, rec: _Alloc) -> None:
+        """Per-second billing: pay for [settled_s, now] at the prices in effect."""
+        if self.cfg.billing.hourly or rec.alloc.on_demand:
+            return
+        now = self.env.now
+        if self.cfg.billing.fixed_discount is not None:
+            amount = rec.alloc.count * rec.alloc.price * (now - rec.settled_s) / 3600.0
+        else:
+            amount = rec.alloc.count * self.market.integral_usd(rec.alloc.market, rec.settled_s, now)
+        rec.settled_s = now
+        if amount > 0:
+            self._bill(rec, "settle", amount)
+
+    def _close_usage(self, rec: _Alloc, paid: bool) -> None:
+        start = rec.alloc.hour_start_s
+        self.books.usage.append(
+            {
+                "alloc_id": rec.alloc.alloc_id,
+                "start_s": start,
+                "end_s": self.env.now,
+                "on_demand": rec.alloc.on_demand,
+                "count": rec.alloc.count,
+                "work_rate": rec.alloc.work_rate,
+                "paid": paid,
+            }
+        )
+
+    def _hour_boundary(self, rec: _Alloc) -> None:
+        if not rec.alive:
+            return
+        self._settle(rec)
+        self._close_usage(rec, paid=True)
+        if rec.drop_at_hour_end:
+            self._terminate(rec, "released")
+            return
+        now = self.env.now
+        price = self._current_price(rec)
+        rec.alloc = replace(rec.alloc, price=price, hour_start_s=now)
+        self._charge_hour(rec)
+        self._at(now + HOUR_S, lambda: self._hour_boundary(rec))
+        if self.bidbrain is not None and not rec.alloc.on_demand:
+            self._at(self.bidbrain.renewal_check_at(rec.alloc), lambda: self._renewal_check(rec))
+
+    # ---- evictions ----------------------------------------------------------------------------
+    def _price_changed(self, m: Market) -> None:
+        price = self.market.price(m, self.env.now)
+        for rec in list(self.allocs.values()):
+            a = rec.alloc
+            if a.market == m and not a.on_demand and rec.state in ("booting", "running") and price > a.bid:
+                self._warn(rec)
+
+    def _warn(self, rec: _Alloc) -> None:
+        if rec.state not in ("booting", "running"):
+            return
+        now = self.env.now
+        was_working = rec.working
+        rec.state = "warned" if was_working else "warned_boot"
+        warning = self.cfg.billing.warning_s
+        price = self._current_price(rec)
+        self._at(now + warning, lambda: self._evicted(rec, now, price, was_working))
+
+    def _evicted(self, rec: _Alloc, warned_s: float, price: float, was_working: bool) -> None:
+        cfg = self.cfg
+        self._advance()
+        recovery, lost = "none", 0.0
+        if cfg.acquisition != "on_demand" and was_working:
+            if cfg.fault_tolerance == "checkpoint":
+                recovery = "checkpoint_rollback"
+                lost = max(self.done - self.ckpt_work, 0.0)
+                self.stall_until = self.env.now + cfg.restart_s
+            elif self.stage in (2, 3):
+                # Each doomed node pushes the unpushed deltas of the partitions it hosts over its own
+                # NIC, and all of it lands on the R reliable NICs: the slower of the two bounds the flush.
+                hosted = [len(self.partitions.owned_by(n)) for n in _nodes(rec)] if self.partitions else [0]
+                n_rel = max(
+                    sum(a.alloc.count for a in self.allocs.values() if a.working and a.alloc.on_demand), 1
+                )
+                per_nic = max(max(hosted), sum(hosted) / n_rel)
+                plan = plan_recovery(
+                    warning_s=cfg.billing.warning_s,
+                    poll_s=cfg.poll_s,
+                    unpushed_bytes=per_nic * cfg.partition_mb * 1e6,
+                    flush_bandwidth_bps=cfg.nic_gbps * 1e9,
+                    since_consistent_s=cfg.consistent_lag_s,
+                )
+                recovery = plan.kind
+                lost = min(self.rate * plan.lost_s / 3600.0, self.done)
+                self.stall_until = max(self.stall_until, self.env.now + cfg.eviction_stall_s)
+            else:
+                recovery = "stateless"  # stage 1: transient machines hold no state
+        self.done -= lost
+        self.lost += lost
+        self.ckpt_work = min(self.ckpt_work, self.done)
+        self.books.evictions.append(
+            {
+                "time_s": warned_s,
+                "terminate_s": self.env.now,
+                "alloc_id": rec.alloc.alloc_id,
+                "instance_type": rec.alloc.market[0],
+                "zone": rec.alloc.market[1],
+                "count": rec.alloc.count,
+                "price": price,
+                "bid": rec.alloc.bid,
+                "recovery": recovery,
+                "lost_work": lost,
+            }
+        )
+        self._settle(rec)
+        if cfg.billing.refund_on_eviction and cfg.billing.hourly:
+            self._bill(rec, "refund", -rec.hour_charge)  # the provider evicted: this hour is free
+            self._close_usage(rec, paid=False)
+        else:
+            self._close_usage(rec, paid=True)
+        self._terminate(rec, "evicted")
+        self._decide("eviction")
+
+    def _terminate(self, rec: _Alloc, reason: str) -> None:
+        rec.state, rec.ended_s, rec.end_reason = "gone", self.env.now, reason
+        self._log_acquisition(rec)
+        self._recompute(reason)
+
+    def _renewal_check(self, rec: _Alloc) -> None:
+        if not rec.alive or rec.state != "running" or self.bidbrain is None:
+            return
+        footprint = [a.alloc for a in self.allocs.values() if a.alive]
+        if not self.bidbrain.keep(self.env.now, rec.alloc, self._footprint_work(footprint), self._prices()):
+            rec.drop_at_hour_end = True
+
+    # ---- decisions ----------------------------------------------------------------------------
+    def _prices(self) -> dict[Market, float]:
+        discount = self.cfg.billing.fixed_discount
+        if discount is not None:  # fixed-price preemptible: the price is a list price, not a market
+            return {m: (1.0 - discount) * self.cfg.on_demand_prices[m[0]] for m in self.markets}
+        return {m: self.market.price(m, self.env.now) for m in self.markets}
+
+    def _views(self) -> list[MarketView]:
+        prices = self._prices()
+        return [
+            MarketView(m, prices[m], self.cfg.on_demand_prices[m[0]], self.cfg.work_rates[m[0]])
+            for m in self.markets
+        ]
+
+    def _held_rate(self, spot_only: bool) -> float:
+        return sum(
+            a.alloc.count * a.alloc.work_rate
+            for a in self.allocs.values()
+            if (a.alive or a.state == "pending") and not (spot_only and a.alloc.on_demand)
+        )
+
+    def _footprint_work(self, footprint: list[Allocation]) -> list[Allocation]:
+        """Mark whether the on-demand allocation does work (not in stage 3, Fig. 6)."""
+        if self.cfg.fault_tolerance != "agileml":
+            return footprint
+        n_r = sum(a.count for a in footprint if a.on_demand)
+        n_t = sum(a.count for a in footprint if not a.on_demand)
+        stage = choose_stage(n_r, n_t, self.cfg.thresholds)
+        return [replace(a, does_work=False) if a.on_demand and stage == 3 else a for a in footprint]
+
+    def _decide(self, why: str) -> None:
+        cfg = self.cfg
+        if self._finish.triggered or cfg.acquisition == "on_demand":
+            return
+        if cfg.acquisition in ("standard", "just_above"):
+            # Standard holds the reference cluster's ν in total (AgileML's reliable machines included).
+            deficit = cfg.target_rate - self._held_rate(spot_only=False)
+            views = [v for v in self._views() if v.work_rate > 0]
+            request = None
+            if deficit > 1e-9 and views:
+                choose = standard_request if cfg.acquisition == "standard" else just_above_request
+                choice = choose(views, 1)
+                if choice is not None:
+                    count = math.ceil(deficit / cfg.work_rates[choice.market[0]] - 1e-9)
+                    request = replace(choice, count=count)
+            if request is not None:
+                self._new_alloc(request.market, request.count, request.bid)
+            elif deficit > 1e-9:
+                self._at(self.env.now + 120.0, lambda: self._decide("retry"))
+            return
+        # BidBrain: this decision point, then the next periodic one.
+        assert self.bidbrain is not None
+        if why in ("start", "periodic"):
+            self._at(self.bidbrain.next_periodic(self.env.now), lambda: self._decide("periodic"))
+        footprint = self._footprint_work(
+            [a.alloc for a in self.allocs.values() if a.alive and a.state not in ("warned", "warned_boot")]
+            + [
+                replace(a.alloc, price=self._request_price(a), hour_start_s=self.env.now)
+                for a in self.allocs.values()
+                if a.state == "pending"
+            ]
+        )
+        headroom = cfg.max_rate - self._held_rate(spot_only=False)
+        request = self._bidbrain_request(footprint, headroom)
+        if request is not None:
+            self._new_alloc(request.market, request.count, request.bid)
+
+    def _request_price(self, rec: _Alloc) -> float:
+        return self._current_price(rec)
+
+    def _bidbrain_request(self, footprint: list[Allocation], headroom: float) -> SpotRequest | None:
+        assert self.bidbrain is not None
+        views = self._views()
+        best: SpotRequest | None = None
+        # Count grid is in instances; the cap is in ν, so filter counts per market by its ν.
+        for view in views:
+            cap = int(headroom // view.work_rate) if view.work_rate > 0 else 0
+            if cap <= 0:
+                continue
+            req = self.bidbrain.acquire(self.env.now, footprint, self._prices(), [view], cap)
+            if req is not None and (best is None or req.expected_cost_per_work < best.expected_cost_per_work):
+                best = req
+        return best
+
+    # ---- end ----------------------------------------------------------------------------------
+    def _end(self, reason: str) -> None:
+        if self._finish.triggered:
+            return
+        self._advance()
+        now = self.env.now
+        for rec in self.allocs.values():
+            if rec.alive:
+                self._settle(rec)
+                if self.cfg.billing.hourly or rec.alloc.on_demand:
+                    # Prorate the final partial hour for every scheme (§6.3).
+                    used = now - rec.alloc.hour_start_s
+                    self._bill(rec, "prorate", -rec.hour_charge * (1.0 - used / HOUR_S))
+                self._close_usage(rec, paid=True)
+                rec.state, rec.ended_s, rec.end_reason = "gone", now, reason
+                self._log_acquisition(rec)
+            elif rec.state == "pending":
+                rec.state, rec.ended_s, rec.end_reason = "gone", now, "cancelled"
+                self._log_acquisition(rec)
+        self.finished_s = now if reason == "job_done" else math.nan
+        self.books.progress.append(
+            {
+                "time_s": now,
+                "work_done": self.done,
+                "rate": 0.0,
+                "n_reliable": 0,
+                "n_transient": 0,
+                "stage": self.stage,
+                "migrations": self._migrations,
+                "event": reason,
+            }
+        )
+        self._finish.succeed()
+
+    def _log_acquisition(self, rec: _Alloc) -> None:
+        a = rec.alloc
+        self.books.acquisitions.append(
+            {
+                "alloc_id": a.alloc_id,
+                "instance_type": a.market[0],
+                "zone": a.market[1],
+                "count": a.count,
+                "bid": a.bid,
+                "on_demand": a.on_demand,
+                "requested_s": rec.requested_s,
+                "granted_s": rec.granted_s,
+                "ready_s": rec.ready_s,
+                "ended_s": rec.ended_s,
+                "end_reason": rec.end_reason,
+            }
+        )
+
+
+def _nodes(rec: _Alloc) -> list[str]:
+    """Node ids of an allocation's instances (partition owners are nodes, not allocations)."""
+    return [f"a{rec.alloc.alloc_id}n{i}" for i in range(rec.alloc.count)]

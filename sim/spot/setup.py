@@ -1,0 +1,220 @@
+"""From a :class:`SpotScenario` to a finished :class:`SpotSim`: prices, β tables, start time, config."""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from policies.agileml import StageThresholds
+from policies.bidbrain import BidBrain, BidBrainParams, CostParams, EvictionTable, estimate_eviction_table
+from scenarios.errors import InputError
+from scenarios.results import RunResult
+from scenarios.spot_results import to_frame
+from scenarios.spot_schema import SpotScenario
+from sim.spot.billing import billing_model
+from sim.spot.engine import SpotConfig, SpotSim
+from sim.spot.market import MarketReplay, series_from_table
+from sim.spot.perf import DEFAULT_PERF
+from traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
+from traces.spot_generator import fit_price_model, generate_prices
+from traces.spot_prices import load_bundled_or_path, select
+
+
+@functools.lru_cache(maxsize=8)
+def _load_trace(name: str) -> pd.DataFrame:
+    return load_bundled_or_path(name)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_on_demand(path: str) -> dict[str, InstanceType]:
+    return load_on_demand(BUNDLED_ON_DEMAND if path == "bundled" else Path(path))
+
+
+def market_table(scenario: SpotScenario) -> pd.DataFrame:
+    """The canonical price table the run replays: the trace (or its synthetic twin), types and zones."""
+    spec = scenario.market
+    table = select(_load_trace(spec.trace), spec.instance_types, spec.zones)
+    if table.empty:
+        raise InputError(
+            f"{scenario.source}: market",
+            f"the trace has no prices for instance_types={spec.instance_types} zones={spec.zones}",
+        )
+    missing = sorted(set(spec.instance_types) - set(table["instance_type"]))
+    if missing:
+        raise InputError(f"{scenario.source}: market.instance_types", f"no prices in the trace for {missing}")
+    if spec.synthetic is None:
+        return table
+    return _synthetic_twin(scenario, table)
+
+
+def _synthetic_twin(scenario: SpotScenario, table: pd.DataFrame) -> pd.DataFrame:
+    """Fit each market on the training window, then generate the whole span from the fitted models."""
+    spec = scenario.market
+    od = _load_on_demand(spec.on_demand)
+    origin = table["timestamp"].min()
+    train_end = origin + pd.Timedelta(days=spec.train_days)
+    span_s = (table["timestamp"].max() - origin).total_seconds()
+    train = table[table["timestamp"] < train_end]
+    models = []
+    for (itype, zone), _rows in table.groupby(["instance_type", "zone"], sort=True):
+        try:
+            model = fit_price_model(train, str(itype), str(zone), od[str(itype)].on_demand_price)
+        except InputError:
+            continue  # too few changes to fit in the training window: leave the market out
+        syn = spec.synthetic
+        assert syn is not None
+        model = model.with_spikes(
+            model.spikes_per_h if syn.spikes_per_h is None else syn.spikes_per_h,
+            model.spike_multiple if syn.spike_multiple is None else syn.spike_multiple,
+            model.spike_mean_s if syn.spike_mean_s is None else syn.spike_mean_s,
+        )
+        models.append(model)
+    if not models:
+        raise InputError(f"{scenario.source}: market.synthetic", "no market has enough prices to fit a model")
+    # The trace itself depends only on the seed, not on the job start, so every run of a reproduction
+    # with the same seed faces the same synthetic market.
+    return generate_prices(models, origin, span_s, np.random.default_rng([scenario.seed, 0x5EED]))
+
+
+# β tables by (trace, markets, window, synthetic spec, seed, step): estimating them is the slow part of a
+# run, and a reproduction reuses them across hundreds of runs in one process.
+_TABLES: dict[tuple, EvictionTable] = {}
+
+
+def eviction_table(scenario: SpotScenario, table: pd.DataFrame) -> EvictionTable:
+    """β / TTE tables from the trace's first ``train_days`` (cached per trace, markets and window)."""
+    spec = scenario.market
+    key = (
+        spec.trace,
+        tuple(spec.instance_types),
+        tuple(spec.zones or ()),
+        spec.train_days,
+        spec.synthetic.model_dump_json() if spec.synthetic else "",
+        scenario.seed if spec.synthetic else -1,
+        scenario.bidbrain.table_step_s,
+    )
+    if key not in _TABLES:
+        origin = table["timestamp"].min()
+        series = series_from_table(table, origin)
+        _TABLES[key] = estimate_eviction_table(
+            series, (0.0, spec.train_days * 86400.0), step_s=scenario.bidbrain.table_step_s
+        )
+    return _TABLES[key]
+
+
+def start_time(scenario: SpotScenario, table: pd.DataFrame) -> pd.Timestamp:
+    """The job's start: given, or drawn (seeded) from the evaluation part of the trace."""
+    spec = scenario.market
+    if spec.start is not None:
+        try:
+            stamp = pd.Timestamp(spec.start)
+        except ValueError:
+            raise InputError(f"{scenario.source}: market.start", f"not an ISO time: {spec.start!r}") from None
+        return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    origin = table["timestamp"].min()
+    lo = origin + pd.Timedelta(days=spec.train_days)
+    hi = table["timestamp"].max() - pd.Timedelta(hours=scenario.job.reference_hours * 2)
+    if hi <= lo:
+        raise InputError(
+            f"{scenario.source}: market.train_days",
+            "no evaluation time is left after the training window for a job of this length",
+        )
+    rng = np.random.default_rng([scenario.seed, 0x57A27])
+    offset = rng.uniform(0.0, (hi - lo).total_seconds())
+    return lo + pd.Timedelta(seconds=round(offset))
+
+
+def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, BidBrain | None, pd.Timestamp]:
+    """The engine's inputs for a scenario."""
+    spec = scenario.market
+    od = _load_on_demand(spec.on_demand)
+    for itype in [*spec.instance_types, scenario.job.reference_type, scenario.agileml.reliable_type]:
+        if itype not in od:
+            raise InputError(
+                f"{scenario.source}", f"instance type {itype} is not in the on-demand price table"
+            )
+    rates = {name: float(t.vcpus) for name, t in od.items()}  # ν = vCPUs, as in Proteus §4.1
+    rates.update(scenario.job.work_rate)
+    table = market_table(scenario)
+    start = start_time(scenario, table)
+    series = series_from_table(table, start)
+    market = MarketReplay(series)
+    ref_rate = scenario.job.reference_count * rates[scenario.job.reference_type]
+    work = scenario.job.work if scenario.job.work is not None else ref_rate * scenario.job.reference_hours
+    billing = billing_model(scenario.billing.model, scenario.billing.warning_s)
+    agile = scenario.fault_tolerance == "agileml" and scenario.policy != "on_demand"
+    config = SpotConfig(
+        acquisition=scenario.policy,
+        fault_tolerance=scenario.fault_tolerance,
+        billing=billing,
+        total_work=work,
+        target_rate=ref_rate,
+        max_rate=ref_rate * scenario.job.max_scale,
+        on_demand_prices={name: t.on_demand_price for name, t in od.items()},
+        work_rates=rates,
+        reliable_type=scenario.job.reference_type
+        if scenario.policy == "on_demand"
+        else scenario.agileml.reliable_type,
+        reliable_count=scenario.agileml.reliable_count if agile else 0,
+        request_delay_s=scenario.provisioning.request_delay_s,
+        boot_s=scenario.provisioning.boot_s,
+        checkpoint_interval_s=scenario.checkpoint.interval_s,
+        checkpoint_overhead=scenario.checkpoint.overhead,
+        restart_s=scenario.checkpoint.restart_s,
+        poll_s=scenario.agileml.poll_s,
+        partition_mb=scenario.agileml.partition_mb,
+        nic_gbps=scenario.agileml.nic_gbps,
+        consistent_lag_s=scenario.agileml.consistent_lag_s,
+        eviction_stall_s=scenario.agileml.eviction_stall_s,
+        thresholds=StageThresholds(scenario.agileml.stage2_above, scenario.agileml.stage3_above),
+        perf=DEFAULT_PERF,
+        preemption_rate_per_s=scenario.billing.preemptions_per_h / 3600.0,
+        max_runtime_s=scenario.max_runtime_h * 3600.0,
+    )
+    bidbrain = None
+    if scenario.policy == "bidbrain":
+        b = scenario.bidbrain
+        params = BidBrainParams(
+            cost=CostParams(phi=b.phi, sigma_s=b.sigma_s, lambda_s=b.lambda_s),
+            period_s=b.period_s,
+            renewal_lead_s=b.renewal_lead_s,
+        )
+        bidbrain = BidBrain(eviction_table(scenario, table), params)
+    return config, market, market.markets, bidbrain, start
+
+
+def run(scenario: SpotScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
+    """Simulate a spot scenario; see ``sim/spot/tables.py`` for the tables' column contract."""
+    wall = time.perf_counter()
+    config, market, markets, bidbrain, start = build(scenario)
+    sim = SpotSim(config, market, markets, np.random.default_rng(scenario.seed), bidbrain, progress)
+    sim.run()
+    books = sim.books
+    tables = {
+        "acquisitions": to_frame("acquisitions", books.acquisitions),
+        "evictions": to_frame("evictions", books.evictions),
+        "bills": to_frame("bills", books.bills),
+        "progress": to_frame("progress", books.progress),
+        "usage": to_frame("usage", books.usage),
+    }
+    info: dict[str, float | int | str] = {
+        "start_timestamp": start.isoformat(),
+        "total_work": config.total_work,
+        "reference_rate": config.target_rate,
+        "reference_on_demand_usd_per_h": config.target_rate
+        / config.work_rates[scenario.job.reference_type]
+        * config.on_demand_prices[scenario.job.reference_type],
+        "completed": int(not math.isnan(sim.finished_s)),
+        "runtime_s": sim.finished_s,
+        "work_done": sim.done,
+        "work_integrated": sim.integrated,
+        "work_lost": sim.lost,
+        "wall_s": time.perf_counter() - wall,
+    }
+    return RunResult(tables, info)

@@ -1,0 +1,360 @@
+"""Spot-price history loaders: three public shapes into one canonical table.
+
+Canonical table (one row per price *change*; the price holds until the next row of the same market):
+
+==============  =======================  =====================================================
+column          dtype                    meaning
+==============  =======================  =====================================================
+timestamp       datetime64[ns, UTC]      when the price took effect
+region          str                      e.g. ``us-east-1`` (derived from the zone when absent)
+zone            str                      availability zone: a name (``us-east-1c``) or an AZ id (``use1-az4``)
+instance_type   str                      e.g. ``p3.2xlarge``
+price           float64                  USD per instance-hour
+==============  =======================  =====================================================
+
+Rows are sorted by (timestamp, zone, instance_type). A market is one (instance_type, zone) pair.
+
+Formats read (see ``/work/shared/data/README.md`` §3 for provenance of the examples):
+
+* AWS ``aws ec2 describe-spot-price-history`` JSON: ``{"SpotPriceHistory": [{"Timestamp",
+  "AvailabilityZone", "InstanceType", "ProductDescription", "SpotPrice"}, ...]}``.
+* The public monthly archive (ericpauley/aws-spot-price-history): headerless TSV, columns
+  ``az_id, instance_type, product_description, price, timestamp``, optionally Zstandard-compressed
+  (``.zst``). Decompression uses pyarrow's zstd codec (pyarrow is already a dependency), falling back
+  to the ``zstandard`` package.
+* CSV with a header: the canonical columns above, the training_on_a_dime derived CSV
+  (``timestamp_utc,region,availability_zone,instance_type,product_description,price_usd_per_hour``) or
+  the ericpauley-derived CSV (``timestamp_utc,az_id,instance_type,price_usd_per_hour``).
+
+Every malformed value raises :class:`InputError` naming ``file:line: column``. Only ``Linux/UNIX`` rows
+are kept when a product description is present (other OSes are different markets with other prices).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from scenarios.errors import InputError
+
+COLUMNS = ("timestamp", "region", "zone", "instance_type", "price")
+LINUX = "Linux/UNIX"
+
+_CSV_SHAPES: dict[tuple[str, ...], dict[str, str]] = {
+    # header -> canonical name of each used column
+    COLUMNS: {c: c for c in COLUMNS},
+    (
+        "timestamp_utc",
+        "region",
+        "availability_zone",
+        "instance_type",
+        "product_description",
+        "price_usd_per_hour",
+    ): {
+        "timestamp_utc": "timestamp",
+        "region": "region",
+        "availability_zone": "zone",
+        "instance_type": "instance_type",
+        "product_description": "product",
+        "price_usd_per_hour": "price",
+    },
+    ("timestamp_utc", "az_id", "instance_type", "price_usd_per_hour"): {
+        "timestamp_utc": "timestamp",
+        "az_id": "zone",
+        "instance_type": "instance_type",
+        "price_usd_per_hour": "price",
+    },
+}
+_ARCHIVE_COLUMNS = ("az_id", "instance_type", "product_description", "price", "timestamp")
+
+# AZ-id region codes: use1 -> us-east-1, apne1 -> ap-northeast-1 (AWS's documented naming scheme).
+_DIRECTIONS = {
+    "e": "east",
+    "w": "west",
+    "n": "north",
+    "s": "south",
+    "c": "central",
+    "ne": "northeast",
+    "nw": "northwest",
+    "se": "southeast",
+    "sw": "southwest",
+}
+_AZ_ID = re.compile(r"^([a-z]{2})([a-z]{1,2})(\d+)-az\d+$")
+_AZ_NAME = re.compile(r"^([a-z]{2}-[a-z]+-\d+)[a-z]$")
+
+
+def region_of(zone: str) -> str:
+    """Region of an AZ name (``us-east-1c`` -> ``us-east-1``) or AZ id (``use1-az4`` -> ``us-east-1``)."""
+    if m := _AZ_NAME.match(zone):
+        return m.group(1)
+    if (m := _AZ_ID.match(zone)) and m.group(2) in _DIRECTIONS:
+        return f"{m.group(1)}-{_DIRECTIONS[m.group(2)]}-{m.group(3)}"
+    return ""
+
+
+def load_spot_prices(path: str | Path) -> pd.DataFrame:
+    """Read any supported price file (chosen by suffix: .json, .tsv/.tsv.zst/.zst, .csv)."""
+    path = Path(path)
+    name = path.name.lower()
+    if name.endswith(".json"):
+        return load_aws_json(path)
+    if name.endswith((".tsv", ".zst", ".tsv.zst")):
+        return load_archive_tsv(path)
+    if name.endswith(".csv"):
+        return load_price_csv(path)
+    raise InputError(
+        str(path), "unknown spot-price format; expected .json (AWS), .tsv[.zst] (archive) or .csv"
+    )
+
+
+def load_aws_json(path: str | Path) -> pd.DataFrame:
+    """Read ``describe-spot-price-history`` output (one response, or a list of responses)."""
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}:{err.lineno}:{err.colno}", f"not valid JSON: {err.msg}") from None
+    pages = data if isinstance(data, list) else [data]
+    records: list[object] = []
+    for page in pages:
+        if not isinstance(page, dict) or not isinstance(page.get("SpotPriceHistory"), list):
+            raise InputError(str(path), 'expected an object with a "SpotPriceHistory" list')
+        records.extend(page["SpotPriceHistory"])
+    # JSON parsing loses positions, so locate the k-th record by the k-th occurrence of its keys.
+    starts = [text.count("\n", 0, m.start()) + 1 for m in re.finditer(r'"InstanceType"\s*:', text)]
+    rows = []
+    for k, rec in enumerate(records):
+        line = starts[k] if k < len(starts) else 0
+        where = f"{path}:{line}" if line else f"{path}: record {k}"
+        if not isinstance(rec, dict):
+            raise InputError(where, f"record {k} is not an object")
+        for key in ("Timestamp", "AvailabilityZone", "InstanceType", "SpotPrice"):
+            if key not in rec:
+                raise InputError(f"{where}: column {key}", f"record {k} lacks {key}")
+        if rec.get("ProductDescription", LINUX) != LINUX:
+            continue
+        zone = str(rec["AvailabilityZone"])
+        rows.append(
+            (
+                _timestamp(str(rec["Timestamp"]), f"{where}: column Timestamp"),
+                region_of(zone),
+                zone,
+                _nonempty(str(rec["InstanceType"]), f"{where}: column InstanceType"),
+                _price(str(rec["SpotPrice"]), f"{where}: column SpotPrice"),
+            )
+        )
+    return _frame(rows, path)
+
+
+def load_archive_tsv(path: str | Path) -> pd.DataFrame:
+    """Read the monthly archive TSV (headerless; ``.zst`` compressed or plain)."""
+    path = Path(path)
+    if path.name.lower().endswith(".zst"):
+        text = _decompress_zstd(path).decode("utf-8", errors="strict")
+    else:
+        text = _read_text(path)
+    rows = []
+    for lineno, raw in enumerate(text.split("\n"), start=1):
+        line = raw.rstrip("\r")
+        if not line.strip():
+            continue
+        cells = line.split("\t")
+        where = f"{path}:{lineno}"
+        if len(cells) != len(_ARCHIVE_COLUMNS):
+            raise InputError(
+                where,
+                f"expected {len(_ARCHIVE_COLUMNS)} tab-separated columns "
+                f"({', '.join(_ARCHIVE_COLUMNS)}), found {len(cells)}",
+            )
+        az, itype, product, price, stamp = cells
+        if product != LINUX:
+            continue
+        rows.append(
+            (
+                _timestamp(stamp, f"{where}: column timestamp"),
+                region_of(az),
+                _nonempty(az, f"{where}: column az_id"),
+                _nonempty(itype, f"{where}: column instance_type"),
+                _price(price, f"{where}: column price"),
+            )
+        )
+    return _frame(rows, path)
+
+
+def load_price_csv(path: str | Path) -> pd.DataFrame:
+    """Read a price CSV in one of the header shapes named in the module docstring."""
+    path = Path(path)
+    reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+    header = next(reader, None)
+    if header is None:
+        raise InputError(str(path), "empty file")
+    shape = _CSV_SHAPES.get(tuple(h.strip() for h in header))
+    if shape is None:
+        known = " | ".join(",".join(h) for h in _CSV_SHAPES)
+        raise InputError(f"{path}:1", f"unknown header {','.join(header)!r}; expected one of: {known}")
+    names = [shape[h.strip()] for h in header]
+    rows = []
+    for cells in reader:
+        lineno = reader.line_num
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        where = f"{path}:{lineno}"
+        if len(cells) != len(names):
+            raise InputError(where, f"expected {len(names)} columns ({','.join(header)}), found {len(cells)}")
+        row = dict(zip(names, cells, strict=True))
+        if row.get("product", LINUX) != LINUX:
+            continue
+        col = {v: k for k, v in shape.items()}
+        zone = _nonempty(row["zone"], f"{where}: column {col['zone']}")
+        rows.append(
+            (
+                _timestamp(row["timestamp"], f"{where}: column {col['timestamp']}"),
+                row.get("region") or region_of(zone),
+                zone,
+                _nonempty(row["instance_type"], f"{where}: column instance_type"),
+                _price(row["price"], f"{where}: column {col['price']}"),
+            )
+        )
+    return _frame(rows, path)
+
+
+def write_price_csv(table: pd.DataFrame, path: str | Path) -> None:
+    """Write a canonical table as canonical CSV, atomically; :func:`load_price_csv` reads it back equal."""
+    path = Path(path)
+    out = table.loc[:, list(COLUMNS)].copy()
+    # Whole seconds (every public source) are written without a fraction, to keep files small.
+    whole = bool((out["timestamp"].dt.microsecond == 0).all() and (out["timestamp"].dt.nanosecond == 0).all())
+    out["timestamp"] = out["timestamp"].dt.strftime(
+        "%Y-%m-%dT%H:%M:%SZ" if whole else "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
+    out["price"] = out["price"].map(repr)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            out.to_csv(f, index=False, lineterminator="\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a data file should be readable like any other
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def markets(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (instance_type, zone) pairs present, sorted."""
+    pairs = table[["instance_type", "zone"]].drop_duplicates().itertuples(index=False, name=None)
+    return sorted((str(a), str(b)) for a, b in pairs)
+
+
+def select(
+    table: pd.DataFrame,
+    instance_types: Iterable[str] | None = None,
+    zones: Iterable[str] | None = None,
+) -> pd.DataFrame:
+    """Rows of the given types and zones (None: all)."""
+    keep = pd.Series(True, index=table.index)
+    if instance_types is not None:
+        keep &= table["instance_type"].isin(list(instance_types))
+    if zones is not None:
+        keep &= table["zone"].isin(list(zones))
+    return table.loc[keep].reset_index(drop=True)
+
+
+def _decompress_zstd(path: Path) -> bytes:
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise InputError(str(path), f"cannot read: {err.strerror or err}") from None
+    try:
+        import pyarrow as pa
+
+        if pa.Codec.is_available("zstd"):
+            with pa.input_stream(pa.py_buffer(raw), compression="zstd") as stream:
+                return stream.read()
+    except ImportError:
+        pass
+    except OSError as err:  # pyarrow raises OSError (ArrowIOError) on a corrupt or truncated stream
+        raise InputError(str(path), f"corrupt or truncated zstd data: {err}") from None
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError:
+        raise InputError(
+            str(path),
+            "reading .zst needs a zstd decoder: install pyarrow built with zstd, or `pip install zstandard`",
+        ) from None
+    try:
+        return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read()
+    except zstandard.ZstdError as err:
+        raise InputError(str(path), f"corrupt or truncated zstd data: {err}") from None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(str(path), "no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(str(path), f"cannot read: {err}") from None
+
+
+def _timestamp(text: str, where: str) -> datetime:
+    value = text.strip()
+    try:
+        stamp = pd.Timestamp(value)
+    except (ValueError, TypeError):
+        raise InputError(where, f"not an ISO-8601 timestamp: {text!r}") from None
+    if stamp is pd.NaT:
+        raise InputError(where, f"not an ISO-8601 timestamp: {text!r}")
+    # A stamp without a zone is taken as UTC: every public source writes UTC.
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def _price(text: str, where: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise InputError(where, f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(where, f"a price must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _nonempty(text: str, where: str) -> str:
+    value = text.strip()
+    if not value:
+        raise InputError(where, "empty value")
+    return value
+
+
+def _frame(rows: list[tuple], path: Path) -> pd.DataFrame:
+    if not rows:
+        raise InputError(str(path), "no Linux/UNIX price rows")
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True).astype("datetime64[ns, UTC]")
+    frame["price"] = frame["price"].astype("float64")
+    for col in ("region", "zone", "instance_type"):
+        frame[col] = frame[col].astype(str)
+    return frame.sort_values(["timestamp", "zone", "instance_type"], kind="stable").reset_index(drop=True)
+
+
+# Bundled real prices: us-east-1 p2/p3, 2019-12-22..2020-03-23 (stanford-futuredata/training_on_a_dime
+# @ 85f6595, MIT); provenance in traces/data/spot/README.md.
+SPOT_DIR = Path(__file__).resolve().parent / "data" / "spot"
+BUNDLED_SPOT_TRACES = {"aws-p2-p3-us-east-1-2020": SPOT_DIR / "aws_p2_p3_us-east-1_2019-12_2020-03.csv"}
+
+
+def load_bundled_or_path(name_or_path: str | Path) -> pd.DataFrame:
+    """A bundled trace by name (see ``BUNDLED_SPOT_TRACES``) or any price file by path."""
+    key = str(name_or_path)
+    return load_spot_prices(BUNDLED_SPOT_TRACES.get(key, Path(key)))
