@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from scenarios.results import RunResult
+from scenarios.results import RunResult, check_contract
 
 FLEXRR_TABLES: dict[str, dict[str, str]] = {
     # One row per worker per iteration.
@@ -47,23 +47,8 @@ FLEXRR_TABLES: dict[str, dict[str, str]] = {
 
 
 def check_flexrr_tables(result: RunResult) -> None:
-    """Raise ``ValueError`` naming every missing table or column, or column of the wrong dtype."""
-    problems = []
-    for name, columns in FLEXRR_TABLES.items():
-        table = result.tables.get(name)
-        if table is None:
-            problems.append(f"table {name!r} is missing")
-            continue
-        for column, dtype in columns.items():
-            if column not in table.columns:
-                problems.append(f"{name}.{column} is missing")
-            elif dtype == "str":
-                if not pd.api.types.is_string_dtype(table[column]):
-                    problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected str")
-            elif table[column].dtype != dtype:
-                problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected {dtype}")
-    if problems:
-        raise ValueError("FlexRR run result breaks the table contract: " + "; ".join(problems))
+    """Check a FlexRR run's tables against :data:`FLEXRR_TABLES`."""
+    check_contract(result, FLEXRR_TABLES, "FlexRR")
 
 
 def frame(rows: list[tuple], name: str) -> pd.DataFrame:

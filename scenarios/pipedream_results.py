@@ -19,7 +19,7 @@ same ``ops`` columns). Times are seconds from the start of the run.
 
 from __future__ import annotations
 
-from scenarios.results import RunResult
+from scenarios.results import RunResult, check_contract
 
 PIPEDREAM_TABLES: dict[str, dict[str, str]] = {
     "ops": {
@@ -56,22 +56,5 @@ PIPEDREAM_TABLES: dict[str, dict[str, str]] = {
 
 
 def check_pipedream_tables(result: RunResult) -> None:
-    """Raise ``ValueError`` naming every missing table or column, or a column of the wrong dtype."""
-    import pandas as pd
-
-    problems = []
-    for name, columns in PIPEDREAM_TABLES.items():
-        table = result.tables.get(name)
-        if table is None:
-            problems.append(f"table {name!r} is missing")
-            continue
-        for column, dtype in columns.items():
-            if column not in table.columns:
-                problems.append(f"{name}.{column} is missing")
-            elif dtype == "str":
-                if not pd.api.types.is_string_dtype(table[column]):
-                    problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected str")
-            elif table[column].dtype != dtype:
-                problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected {dtype}")
-    if problems:
-        raise ValueError("run result breaks the PipeDream table contract: " + "; ".join(problems))
+    """Check a PipeDream run's tables against :data:`PIPEDREAM_TABLES`."""
+    check_contract(result, PIPEDREAM_TABLES, "PipeDream")

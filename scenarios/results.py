@@ -56,9 +56,14 @@ class RunResult:
 
 
 def check_tables(result: RunResult) -> None:
+    """Check a Gavel run's tables against :data:`GAVEL_TABLES` (see :func:`check_contract`)."""
+    check_contract(result, GAVEL_TABLES, "Gavel")
+
+
+def check_contract(result: RunResult, contract: dict[str, dict[str, str]], kind: str) -> None:
     """Raise ``ValueError`` naming every missing table, missing column or column of the wrong dtype."""
     problems = []
-    for name, columns in GAVEL_TABLES.items():
+    for name, columns in contract.items():
         table = result.tables.get(name)
         if table is None:
             problems.append(f"table {name!r} is missing")
@@ -69,7 +74,7 @@ def check_tables(result: RunResult) -> None:
             elif not _has_dtype(table[column], dtype):
                 problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected {dtype}")
     if problems:
-        raise ValueError("run result breaks the table contract: " + "; ".join(problems))
+        raise ValueError(f"{kind} run result breaks the table contract: " + "; ".join(problems))
 
 
 def _has_dtype(column: pd.Series, dtype: str) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from scenarios.results import RunResult
+from scenarios.results import RunResult, check_contract
 
 SPOT_TABLES: dict[str, dict[str, str]] = {
     "acquisitions": {
@@ -90,20 +90,5 @@ def to_frame(name: str, rows: list[dict]) -> pd.DataFrame:
 
 
 def check_spot_tables(result: RunResult) -> None:
-    """Raise ``ValueError`` naming every missing table or column, or a column of the wrong dtype."""
-    problems = []
-    for name, columns in SPOT_TABLES.items():
-        table = result.tables.get(name)
-        if table is None:
-            problems.append(f"table {name!r} is missing")
-            continue
-        for column, dtype in columns.items():
-            if column not in table.columns:
-                problems.append(f"{name}.{column} is missing")
-            elif dtype == "str":
-                if not pd.api.types.is_string_dtype(table[column]):
-                    problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected str")
-            elif table[column].dtype != dtype:
-                problems.append(f"{name}.{column} has dtype {table[column].dtype}, expected {dtype}")
-    if problems:
-        raise ValueError("spot run result breaks the table contract: " + "; ".join(problems))
+    """Check a spot run's tables against :data:`SPOT_TABLES`."""
+    check_contract(result, SPOT_TABLES, "spot")

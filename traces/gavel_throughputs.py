@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import csv
 import functools
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 
 from scenarios.errors import InputError
 from traces import bundled
+from traces.files import read_json, read_text
 
 JobKey = tuple[str, int]
 
@@ -122,11 +122,7 @@ class ThroughputTable:
     def from_json(cls, path: str | Path) -> ThroughputTable:
         """Read Gavel's JSON schema; a malformed entry raises InputError naming the file and the key."""
         path = Path(path)
-        text = _read_text(path)
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path}:{err.lineno}", f"not valid JSON: {err.msg}") from None
+        raw = read_json(path)
         if not isinstance(raw, dict) or not raw:
             raise InputError(str(path), "expected a JSON object {worker_type: {job_key: {...}}}")
 
@@ -165,7 +161,7 @@ class ThroughputTable:
         """Read ``job_type,scale_factor,worker_type,throughput`` rows (steps/s, isolated only)."""
         path = Path(path)
         isolated: dict[str, dict[JobKey, float]] = {}
-        reader = csv.reader(_read_text(path).splitlines())
+        reader = csv.reader(read_text(path).splitlines())
         header = [h.strip() for h in next(reader, [])]
         if sorted(header) != sorted(_CSV_COLUMNS):
             raise InputError(f"{path}:1", f"header must name the columns {','.join(_CSV_COLUMNS)}")
@@ -273,15 +269,6 @@ def _bundled(which: str) -> ThroughputTable:
         bundled.GAVEL_SIMULATION_THROUGHPUTS if which == "simulation" else bundled.GAVEL_PHYSICAL_THROUGHPUTS
     )
     return ThroughputTable.from_json(path)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(str(path), "no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(str(path), f"cannot read: {err}") from None
 
 
 def _parse_job_key(text: str, where: str) -> JobKey:

@@ -23,7 +23,6 @@ fits preemption rates from.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Literal
 import pandas as pd
 
 from scenarios.errors import InputError
+from traces.files import read_json, read_text
 
 _TS = r"\[(?P<ts>[^\]]+)\]"
 _LOG_LINES = (
@@ -57,7 +57,7 @@ def load_availability_log(path: str | Path) -> pd.DataFrame:
     """Parse a training_on_a_dime availability log (AWS or GCP ``persistent_*.out``)."""
     path = Path(path)
     rows = []
-    for lineno, line in enumerate(_read(path).split("\n"), start=1):
+    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
         line = line.rstrip("\r")
         if not line.strip():
             continue
@@ -125,11 +125,7 @@ def _lifetime(start: dict, stop: pd.Timestamp, preempted: bool) -> tuple:
 def load_slot_availability(path: str | Path) -> pd.DataFrame:
     """Parse a skypilot-spot-strategy availability JSON (one 0/1 per fixed-width slot)."""
     path = Path(path)
-    text = _read(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}:{err.lineno}:{err.colno}", f"not valid JSON: {err.msg}") from None
+    data = read_json(path)
     try:
         gap = float(data["metadata"]["gap_seconds"])
         slots = data["data"]
@@ -155,7 +151,7 @@ def load_node_events(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     rows = []
     now_ms = 0.0
-    for lineno, line in enumerate(_read(path).split("\n"), start=1):
+    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
         line = line.strip()
         if not line:
             continue
@@ -187,7 +183,7 @@ def load_instance_counts(path: str | Path, time_unit: Literal["s", "h"] = "s") -
     rows: list[tuple[float, int]] = []
     origin: pd.Timestamp | None = None
     scale = 3600.0 if time_unit == "h" else 1.0
-    for lineno, line in enumerate(_read(path).split("\n"), start=1):
+    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
         line = line.strip()
         if not line:
             continue
@@ -221,12 +217,3 @@ def load_instance_counts(path: str | Path, time_unit: Literal["s", "h"] = "s") -
     if not rows:
         raise InputError(str(path), "no rows")
     return pd.DataFrame(rows, columns=["time_s", "count"])
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(str(path), "no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(str(path), f"cannot read: {err}") from None

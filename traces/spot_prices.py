@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import re
@@ -46,6 +45,7 @@ from pathlib import Path
 import pandas as pd
 
 from scenarios.errors import InputError
+from traces.files import parse_json, read_text
 
 COLUMNS = ("timestamp", "region", "zone", "instance_type", "price")
 LINUX = "Linux/UNIX"
@@ -120,11 +120,8 @@ def load_spot_prices(path: str | Path) -> pd.DataFrame:
 def load_aws_json(path: str | Path) -> pd.DataFrame:
     """Read ``describe-spot-price-history`` output (one response, or a list of responses)."""
     path = Path(path)
-    text = _read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}:{err.lineno}:{err.colno}", f"not valid JSON: {err.msg}") from None
+    text = read_text(path)
+    data = parse_json(text, path)
     pages = data if isinstance(data, list) else [data]
     records: list[object] = []
     for page in pages:
@@ -163,7 +160,7 @@ def load_archive_tsv(path: str | Path) -> pd.DataFrame:
     if path.name.lower().endswith(".zst"):
         text = _decompress_zstd(path).decode("utf-8", errors="strict")
     else:
-        text = _read_text(path)
+        text = read_text(path)
     rows = []
     for lineno, raw in enumerate(text.split("\n"), start=1):
         line = raw.rstrip("\r")
@@ -195,7 +192,7 @@ def load_archive_tsv(path: str | Path) -> pd.DataFrame:
 def load_price_csv(path: str | Path) -> pd.DataFrame:
     """Read a price CSV in one of the header shapes named in the module docstring."""
     path = Path(path)
-    reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
     header = next(reader, None)
     if header is None:
         raise InputError(str(path), "empty file")
@@ -297,15 +294,6 @@ def _decompress_zstd(path: Path) -> bytes:
         return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read()
     except zstandard.ZstdError as err:
         raise InputError(str(path), f"corrupt or truncated zstd data: {err}") from None
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(str(path), "no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(str(path), f"cannot read: {err}") from None
 
 
 def _timestamp(text: str, where: str) -> datetime:
