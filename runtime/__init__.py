@@ -24,9 +24,20 @@ def run_scenario(
 
         return gavel.run(scenario, progress, workdir, snapshot_dir)
     if scenario.kind == "flexrr":
+        import os
         import tempfile
 
         from runtime.flexrr.launch import run_real
+        from scenarios.errors import InputError
+
+        cores = os.cpu_count() or 1
+        if scenario.cluster.workers > 2 * cores:
+            raise InputError(
+                f"{scenario.source}: field cluster",
+                f"a real FlexRR run starts one process per worker: {scenario.cluster.workers} workers on"
+                f" {cores} cores would measure the machine, not the algorithm; lower"
+                " cluster.machines or cluster.workers_per_machine",
+            )
 
         with tempfile.TemporaryDirectory(prefix="clustertwin-flexrr-") as tmp:
             return run_real(scenario, workdir or Path(tmp))[0]
