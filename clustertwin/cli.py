@@ -108,6 +108,19 @@ def _parser() -> argparse.ArgumentParser:
         " run's steady state (default: each pair alone on the machine)",
     )
     profile.set_defaults(handler=_profile)
+
+    sweep = commands.add_parser("sweep", help="run a grid of simulations on Ray (local, or a cluster)")
+    sweep.add_argument("spec", help="sweep spec YAML file (see scenarios/sweeps/)")
+    sweep.add_argument("--out", type=Path, required=True, help="sweep folder (rerun to resume)")
+    sweep.add_argument("--address", help="Ray cluster address HOST:PORT (default: a local Ray)")
+    sweep.add_argument("--workers", type=int, help="parallel runs (default: CPU count, or the cluster's)")
+    sweep.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
+    sweep.set_defaults(handler=_sweep)
+
+    report = commands.add_parser("report", help="write a self-contained HTML report of a result folder")
+    report.add_argument("dir", type=Path, metavar="DIR", help="a run, sweep or comparison folder")
+    report.set_defaults(handler=_report)
     return parser
 
 
@@ -209,6 +222,10 @@ def _reproduce(args: argparse.Namespace) -> int:
         from clustertwin import reproduce_proteus
 
         return reproduce_proteus.reproduce(args.quick, out)
+    if args.name == "psld":
+        from clustertwin import reproduce_psld
+
+        return reproduce_psld.reproduce(args.quick, out, args.workers)
     from clustertwin.reproduce import reproduce
 
     return reproduce(args.name, args.quick, out=out, workers=args.workers)
@@ -232,6 +249,22 @@ def _bench(args: argparse.Namespace) -> int:
     from clustertwin.bench import bench
 
     return bench(args.name)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from clustertwin.sweep import run_sweep
+
+    return run_sweep(
+        args.spec, args.out, address=args.address, workers=args.workers,
+        retry_failed=args.retry_failed, quiet=args.quiet,
+    )  # fmt: skip
+
+
+def _report(args: argparse.Namespace) -> int:
+    from analysis.report import write_report
+
+    print(write_report(args.dir))
+    return 0
 
 
 def _profile(args: argparse.Namespace) -> int:

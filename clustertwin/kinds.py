@@ -52,4 +52,9 @@ def ops_for(kind: str) -> KindOps:
         from scenarios.spot_results import check_spot_tables
 
         return KindOps(check_spot_tables, lambda _, r: spot_metrics(r), None, has_real=False)
+    if kind == "psld":
+        from analysis.psld_metrics import psld_metrics
+        from scenarios.psld_results import check_psld_tables
+
+        return KindOps(check_psld_tables, lambda _, r: psld_metrics(r), None, has_real=False)
     raise KeyError(f"no command-line support for scenario kind {kind!r}")

@@ -11,18 +11,12 @@ differ, docs/flexrr.md says why.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import statistics
 import sys
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+from clustertwin.coded_claims import Row, Spec, run_claims
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios" / "flexrr"
 MODES = ("bsp", "ssp", "bsp_rr", "flexrr")
@@ -30,33 +24,6 @@ SLOW_DELAYS = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0)  # Fig. 3.6: 0-400%
 DISRUPT_DELAYS = (0.5, 1.0, 2.0, 4.0)  # Fig. 3.9's levels are not in the text; 50-400% like Fig. 3.6
 GROUP_SIZES = (0, 1, 2, 3, 4, 8, 16)  # Fig. 3.12(a): 0-16
 SENSITIVITY_DELAY = 2.0  # Fig. 3.12 uses the Slow Worker pattern; its delay is not given
-
-
-@dataclass(frozen=True)
-class Spec:
-    scenario: str  # file name under scenarios/flexrr/
-    overrides: tuple[str, ...]
-
-    @property
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps([self.scenario, list(self.overrides)]).encode()).hexdigest()[:16]
-
-
-@dataclass
-class Row:
-    id: str
-    claim: str
-    source: str
-    paper: str
-    ours: float
-    accept: tuple[float, float] | None  # None: reported only
-    fmt: str = "{:.2f}"
-
-    @property
-    def ok(self) -> bool | None:
-        if self.accept is None:
-            return None
-        return self.accept[0] <= self.ours <= self.accept[1]
 
 
 def simulate(spec: Spec) -> dict[str, float]:
@@ -405,79 +372,7 @@ def reproduce(quick: bool, out: Path, workers: int | None = None) -> int:
     """Run (or reuse) every run the claims need, print the table, return 0 if all checked claims hold."""
     plan = _Plan([0] if quick else [0, 1, 2])
     make_rows = _claims(plan)
-    cache = out / "runs"
-    cache.mkdir(parents=True, exist_ok=True)
-    done: dict[str, dict[str, float]] = {}
-    for key in plan.specs:
-        path = cache / f"{key}.json"
-        if path.is_file():
-            done[key] = json.loads(path.read_text())
-    pending = [spec for key, spec in plan.specs.items() if key not in done]
-    from clustertwin.progress import progress_bar
-
-    with progress_bar("reproduce flexrr") as progress:
-        progress(len(done) / len(plan.specs), f"{len(done)}/{len(plan.specs)} runs")
-        if pending:
-            with ProcessPoolExecutor(workers or min(2, os.cpu_count() or 1)) as pool:
-                futures = {pool.submit(simulate, spec): spec for spec in pending}
-                for future in as_completed(futures):
-                    spec = futures[future]
-                    done[spec.key] = future.result()
-                    _write_json(
-                        cache / f"{spec.key}.json",
-                        {**done[spec.key], "spec": [spec.scenario, *spec.overrides]},
-                    )
-                    progress(len(done) / len(plan.specs), f"{len(done)}/{len(plan.specs)} runs")
-    rows = make_rows(done)
-    _write_json(
-        out / "claims.json",
-        {
-            "name": "flexrr",
-            "quick": quick,
-            "seeds": plan.seeds,
-            "claims": [
-                {
-                    "id": r.id,
-                    "claim": r.claim,
-                    "source": r.source,
-                    "paper": r.paper,
-                    "ours": r.ours,
-                    "accept": list(r.accept) if r.accept else None,
-                    "ok": r.ok,
-                }
-                for r in rows
-            ],
-        },
-    )
-    _print(rows, quick, plan.seeds)
-    print(f"results: {out / 'claims.json'}")
-    return 0 if all(r.ok is not False for r in rows) else 1
-
-
-def _print(rows: list[Row], quick: bool, seeds: list[int]) -> None:
-    table = Table(title=f"flexrr claims (seeds {seeds}){' (quick)' if quick else ''}")
-    for column in ("claim", "paper", "ours", "tolerance", "ok"):
-        table.add_column(column, justify="left" if column == "claim" else "right")
-    for r in rows:
-        if r.accept is None:
-            tol = "reported"
-        else:
-            lo, hi = r.accept
-            tol = (
-                f">= {r.fmt.format(lo)}"
-                if hi == float("inf")
-                else f"[{r.fmt.format(lo)}, {r.fmt.format(hi)}]"
-            )
-        ok = "-" if r.ok is None else ("yes" if r.ok else "NO")
-        table.add_row(f"{r.id}: {r.claim} [{r.source}]", r.paper, r.fmt.format(r.ours), tol, ok)
-    Console(width=max(Console().width, 160), file=sys.stdout).print(table)
-
-
-def _write_json(path: Path, data: object) -> None:
-    """Atomic: a half-written file never carries the final name."""
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=True))
-    os.replace(tmp, path)
+    return run_claims("flexrr", quick, out, plan.seeds, plan.specs, simulate, make_rows, workers)
 
 
 if __name__ == "__main__":  # python -m clustertwin.reproduce_flexrr [--quick] [OUT]

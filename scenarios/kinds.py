@@ -11,14 +11,16 @@ from pydantic import BaseModel
 
 from scenarios.flexrr_schema import FlexRRScenario
 from scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
+from scenarios.psld_schema import PSLDScenario
 from scenarios.schema import PATH_FIELDS, Scenario
 from scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
 
-AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario
+AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario | PSLDScenario
 
 KINDS: dict[str, tuple[type[BaseModel], dict[str, tuple[str, ...]]]] = {
     "gavel": (Scenario, PATH_FIELDS),
     "flexrr": (FlexRRScenario, {}),
     "pipedream": (PipeDreamScenario, PIPEDREAM_PATH_FIELDS),
     "spot": (SpotScenario, SPOT_PATH_FIELDS),
+    "psld": (PSLDScenario, {}),
 }

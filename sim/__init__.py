@@ -26,4 +26,8 @@ def run_scenario(scenario: AnyScenario, progress: Callable[[float, str], None] |
         from sim import spot
 
         return spot.run(scenario, progress)
+    if scenario.kind == "psld":
+        from sim import psld
+
+        return psld.run(scenario, progress)
     raise NotImplementedError(f"no simulator for scenario kind {scenario.kind!r} yet")

@@ -1,0 +1,112 @@
+"""Property tests (hypothesis) of PSLD's ownership across reassignments and of max-min fair sharing.
+
+* After any sequence of iterations, reassignments (random, or PSLD's own), scale-outs and DEL_SERVER
+  removals, every block has exactly one owner among the active PSs and every update was applied exactly
+  once, in vanilla mode (state moves with the block) and in BytePS mode (only the map changes).
+* Max-min fair rates never exceed a link's capacity, are work-conserving (every flow crosses a saturated
+  link) and are max-min (on that link no other flow gets more).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.psld.migration import BlockStore
+from policies.psld.profiling import Sample
+from policies.psld.scheduler import PSLDScheduler, SchedulerConfig
+from sim.psld.network import max_min_rates
+
+ops = st.lists(
+    st.tuples(st.sampled_from(["step", "reassign", "psld", "add", "remove"]), st.integers(0, 2**31 - 1)),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_blocks=st.integers(1, 30),
+    servers=st.integers(1, 4),
+    mode=st.sampled_from(["vanilla", "byteps"]),
+    sequence=ops,
+)
+def test_every_block_has_one_owner_and_no_update_is_lost(
+    n_blocks: int, servers: int, mode: str, sequence: list[tuple[str, int]]
+) -> None:
+    sizes = [float(1 + (b * 7919) % 13) for b in range(n_blocks)]
+    active = list(range(servers))
+    standby = list(range(servers, servers + 3))
+    sched = PSLDScheduler(sizes, list(active), list(standby), SchedulerConfig(cooldown_reports=0))
+    store = BlockStore([active[b % len(active)] for b in range(n_blocks)], mode)
+    iterations = 0
+    for report, (op, seed) in enumerate(sequence):
+        rng = np.random.default_rng(seed)
+        if op == "step":
+            store.step()
+            iterations += 1
+        elif op == "reassign":
+            store.reassign([sched.active[int(i)] for i in rng.integers(len(sched.active), size=n_blocks)])
+        elif op == "psld":
+            samples = [
+                Sample(w, r, s, (1 + 9 * (r == seed % 7)) * 1e-8 * s + 1e-4)
+                for r in sched.active
+                for w in range(2)
+                for s in (1e5, 1e6)
+            ]
+            sched.observe(samples)
+            decision = sched.decide(report, store.owner, rng)
+            if decision.owners is not None:
+                assert set(decision.owners) <= set(decision.servers)
+                store.reassign(decision.owners)
+        elif op == "add" and sched.standby:
+            sched.active.append(sched.standby.pop(0))
+        elif op == "remove" and len(sched.active) > 1:
+            victim = sched.active[seed % len(sched.active)]
+            decision = sched.remove_server(victim, rng)
+            assert decision.owners is not None and victim not in decision.owners
+            store.reassign(decision.owners)
+        store.check(iterations)
+        assert set(store.owner) <= set(sched.active) | set(range(servers))
+        assert len(store.owner) == n_blocks
+
+
+def test_block_store_catches_a_lost_update() -> None:
+    store = BlockStore([0, 1], "vanilla")
+    store.step()
+    store.held[1].pop(1)  # a migration that dropped the state
+    store.held[0][1] = 0
+    try:
+        store.check(1)
+    except AssertionError:
+        return
+    raise AssertionError("check() accepted a lost update")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n_links=st.integers(2, 8),
+    flows=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), min_size=1, max_size=30),
+    caps=st.lists(st.floats(0.1, 100.0), min_size=8, max_size=8),
+)
+def test_max_min_fair_sharing(n_links: int, flows: list[tuple[int, int]], caps: list[float]) -> None:
+    # a flow crosses two distinct links (a NIC's egress and another's ingress)
+    paths = np.array([(a % n_links, (a + 1 + b % (n_links - 1)) % n_links) for a, b in flows])
+    capacity = np.array(caps[:n_links])
+    rates = max_min_rates(paths, capacity)
+    assert (rates > 0).all()
+    load = np.zeros(n_links)
+    for (a, b), r in zip(paths, rates, strict=True):
+        load[a] += r
+        load[b] += r
+    tol = 1e-7 * capacity.max()
+    assert (load <= capacity + tol).all()
+    saturated = load >= capacity - tol
+    for i, (a, b) in enumerate(paths):
+        bottlenecks = [link for link in {a, b} if saturated[link]]
+        assert bottlenecks, f"flow {i} could still grow: not work-conserving"
+        # max-min: on some saturated link of its path, no flow has a larger rate
+        assert any(
+            rates[i] >= max(rates[j] for j in range(len(paths)) if link in paths[j]) - tol
+            for link in bottlenecks
+        )
