@@ -60,9 +60,32 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar or table; print only the folder")
     run.set_defaults(handler=_run)
 
-    validate = commands.add_parser("validate", help="check a scenario file without running it")
-    validate.add_argument("scenario", help="scenario YAML file")
+    validate = commands.add_parser(
+        "validate",
+        help="check a scenario file without running it; or, with --backend, run the fidelity suite",
+        description="validate SCENARIO [--set ...]: check a scenario file without running it."
+        " validate --backend cpu|gpu: run every algorithm's validation cases for real and in simulation"
+        " and report the relative error per metric (docs/validation.md).",
+    )
+    validate.add_argument("scenario", nargs="?", help="scenario YAML file to check")
     _add_overrides(validate)
+    validate.add_argument(
+        "--backend",
+        nargs="?",
+        const="cpu",
+        choices=("cpu", "gpu"),
+        help="run the fidelity suite's cases of this backend instead (bare --backend: cpu)",
+    )
+    validate.add_argument("--out", type=Path, help="suite results folder (default: runs/validate-<backend>)")
+    validate.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        metavar="DIR",
+        help="--backend gpu: read an existing results folder of experiments/gavel_gpu_fidelity.py",
+    )
+    validate.add_argument("--suite", type=Path, help="suite file (default: scenarios/validation/suite.yaml)")
+    validate.add_argument("--quiet", action="store_true", help="suite: no progress bar or per-case lines")
     validate.set_defaults(handler=_validate)
 
     plot = commands.add_parser("plot", help="re-create the plots of a run folder")
@@ -189,10 +212,50 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    if (args.scenario is None) == (args.backend is None):
+        given = "both" if args.scenario is not None else "neither"
+        raise InputError(
+            "validate",
+            f"give either SCENARIO (check a scenario file) or --backend cpu|gpu (run the fidelity suite),"
+            f" not {given}",
+        )
+    if args.backend is not None:
+        return _validate_suite(args)
+    suite_only = [flag for flag, value in (("--out", args.out), ("--from", args.from_dir),
+                  ("--suite", args.suite), ("--quiet", args.quiet)) if value]  # fmt: skip
+    if suite_only:
+        raise InputError("validate", f"{', '.join(suite_only)} only go with --backend (the fidelity suite)")
     scenario = load_scenario(args.scenario, args.overrides)
     _check_policy(scenario)
     print("ok")
     return 0
+
+
+def _validate_suite(args: argparse.Namespace) -> int:
+    from clustertwin import fidelity
+
+    if args.overrides:
+        raise InputError(
+            "validate --backend", "--set applies to SCENARIO; a suite case's overrides are in its file"
+        )
+    out = args.out or Path("runs") / f"validate-{args.backend}"
+    command = f"clustertwin validate --backend {args.backend}"
+    for flag, value in (("--suite", args.suite), ("--from", args.from_dir), ("--out", out)):
+        if value is not None:
+            command += f" {flag} {value}"
+    console = Console()
+    if not console.is_terminal:  # a log or a pipe: wide enough that the table's cells are not cut
+        console = Console(width=160)
+    run = fidelity.run_suite(
+        args.backend, out, suite=args.suite or fidelity.SUITE, from_dir=args.from_dir, quiet=args.quiet,
+        command=command, console=console,
+    )  # fmt: skip
+    console.print(fidelity.render(run.results, f"fidelity suite, backend {args.backend}: sim vs real"))
+    for name, error in run.failures.items():
+        print(f"error: case {name}: {error}", file=sys.stderr)
+    print(out / fidelity.TABLE_JSON)
+    print(out / fidelity.TABLE_MD)
+    return 1 if run.failures else 0
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -56,5 +56,5 @@ def ops_for(kind: str) -> KindOps:
         from analysis.psld_metrics import psld_metrics
         from scenarios.psld_results import check_psld_tables
 
-        return KindOps(check_psld_tables, lambda _, r: psld_metrics(r), None, has_real=False)
+        return KindOps(check_psld_tables, lambda _, r: psld_metrics(r), None, has_real=True)
     raise KeyError(f"no command-line support for scenario kind {kind!r}")

@@ -41,4 +41,8 @@ def run_scenario(
 
         with tempfile.TemporaryDirectory(prefix="clustertwin-flexrr-") as tmp:
             return run_real(scenario, workdir or Path(tmp))[0]
+    if scenario.kind == "psld":
+        from runtime.psld.run import run_real as run_psld
+
+        return run_psld(scenario, workdir, progress)
     raise NotImplementedError(f"no real runtime for scenario kind {scenario.kind!r} yet")

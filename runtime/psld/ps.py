@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,7 @@ class Job:
     throttle: dict[int, float] | None = None  # server -> bytes/s
     report_every: int = 0  # > 0: closed loop, PSLD's scheduler on rank 0 decides from live samples
     scheduler: SchedulerConfig | None = None
+    seed: tuple[int, ...] = (0,)  # the scheduler's random stream (the simulator's, for a scenario)
 
 
 def _slice(block: Block) -> slice:
@@ -75,19 +77,27 @@ class Control:
         self.job = job
         self.owners = tuple(job.owners)
         self.decisions: list[tuple[int, str]] = []
+        # Every decision with the profile it was made on: (k, wall clock, decision, {server: profile}).
+        self.records: list[tuple] = []
         self.sched = None
         if job.report_every > 0:
             sizes = [b.nbytes for b in job.blocks]
             self.sched = PSLDScheduler(
                 sizes, list(range(job.servers)), [], job.scheduler or SchedulerConfig()
             )
-            self.rng = np.random.default_rng(0)
+            self.rng = np.random.default_rng(np.random.SeedSequence(list(job.seed)))
 
     def plan(self, k: int, samples: list[Sample]) -> tuple[int, ...] | None:
         new = self.job.plans.get(k)
         if self.sched is not None and samples:
             self.sched.observe(samples)
             decision = self.sched.decide(k // self.job.report_every, self.owners, self.rng)
+            reference = float(sum(self.sched.sizes)) / max(1, len(self.sched.active))
+            profile = {
+                r: (float(np.mean(m.alphas)), float(np.mean(m.betas)), m.mean(reference))
+                for r, m in sorted(self.sched.model().items())
+            }
+            self.records.append((k, time.monotonic(), decision, profile))
             if decision.owners is not None:
                 self.decisions.append((k, decision.action))
                 new = decision.owners
@@ -96,9 +106,16 @@ class Control:
         return new
 
 
-def _plan(rank: int, job: Job, k: int, mine: list[Sample], control: Control | None) -> tuple[int, ...] | None:
+Marks = list[tuple[int, float, float]]  # (k, arrived at PREPARE k, released), time.monotonic()
+
+
+def _plan(
+    rank: int, job: Job, k: int, mine: list[Sample], control: Control | None, marks: Marks | None = None
+) -> tuple[int, ...] | None:
     """PREPARE for iteration ``k``: every rank blocks here; in closed loop the workers' samples of the
-    last reporting period are gathered on rank 0 first, and the scheduler's decision is broadcast."""
+    last reporting period are gathered on rank 0 first, and the scheduler's decision is broadcast.
+    ``marks`` (if given) gets when this rank arrived and was released: the iteration boundaries."""
+    arrived = time.monotonic()
     samples: list[Sample] = []
     if job.report_every > 0 and k > 0 and k % job.report_every == 0:
         parts: list[list[Sample]] | None = [[] for _ in range(dist.get_world_size())] if rank == 0 else None
@@ -108,10 +125,14 @@ def _plan(rank: int, job: Job, k: int, mine: list[Sample], control: Control | No
             samples = [x for part in parts for x in part]
     box = [control.plan(k, samples) if control is not None else None]
     dist.broadcast_object_list(box, src=0)
+    if marks is not None:
+        marks.append((k, arrived, time.monotonic()))
     return box[0]
 
 
-def run_server(rank: int, job: Job) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], Control | None]:
+def run_server(
+    rank: int, job: Job, marks: Marks | None = None
+) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], Control | None]:
     """Serve until the last iteration; returns the blocks (params, momentum) held at the end and, on
     rank 0, the scheduler's record."""
     control = Control(job) if rank == 0 else None
@@ -124,7 +145,7 @@ def run_server(rank: int, job: Job) -> tuple[dict[int, tuple[torch.Tensor, torch
         if owners[b.id] == rank
     }
     for k in range(job.iterations):
-        new = _plan(rank, job, k, [], control)
+        new = _plan(rank, job, k, [], control, marks)
         if new is not None:
             if job.mode == "vanilla":
                 for b, src, dst in migrations(owners, new):
@@ -164,39 +185,60 @@ def run_server(rank: int, job: Job) -> tuple[dict[int, tuple[torch.Tensor, torch
     return held, control
 
 
-def run_worker(rank: int, job: Job) -> tuple[torch.Tensor, list[Sample]]:
-    """Train; returns the final parameters and the block timing samples."""
+def run_worker(rank: int, job: Job, marks: Marks | None = None) -> tuple[torch.Tensor, list[Sample]]:
+    """Train; returns the final parameters and the block timing samples.
+
+    A block's sample ends when *its* pull completes. Waiting on the pulls in block order would time a
+    fast PS's block queued behind a throttled PS's block as slow as that one, and PSLD would never see
+    the difference between the servers; so one thread per PS waits on that PS's pulls, in the order the
+    PS sends them, and stamps each (gloo's ``is_completed`` only turns true inside ``wait``).
+    """
     w = rank - job.servers
     params = initial_params(job.numel)
     momentum = torch.zeros_like(params)
     owners = list(job.owners)
     samples: list[Sample] = []
     period: list[Sample] = []
-    for k in range(job.iterations):
-        new = _plan(rank, job, k, period, None)
-        if new is not None:
-            owners = list(new)
-        grad = gradient(params, w, k)
-        issued = {}
-        sends = []
-        for b in job.blocks:
-            issued[b.id] = time.perf_counter()
-            sends.append(dist.isend(grad[_slice(b)].contiguous(), owners[b.id], tag=b.id))
-        pulled = {b.id: torch.empty(b.nbytes // 8, dtype=torch.float64) for b in job.blocks}
-        recvs = [(b, dist.irecv(pulled[b.id], owners[b.id], tag=b.id)) for b in job.blocks]
-        for r in sends:
-            r.wait()
-        for b, r in recvs:
-            r.wait()
-            sample = Sample(w, owners[b.id], float(b.nbytes), time.perf_counter() - issued[b.id])
-            samples.append(sample)
-            period.append(sample)
-        for b in job.blocks:
-            if job.mode == "vanilla":
-                params[_slice(b)] = pulled[b.id]
-            else:
-                _sgd(params[_slice(b)], momentum[_slice(b)], pulled[b.id], job)
+    with ThreadPoolExecutor(max_workers=job.servers) as pool:
+        for k in range(job.iterations):
+            new = _plan(rank, job, k, period, None, marks)
+            if new is not None:
+                owners = list(new)
+            grad = gradient(params, w, k)
+            issued = {}
+            sends = []
+            for b in job.blocks:
+                issued[b.id] = time.perf_counter()
+                sends.append(dist.isend(grad[_slice(b)].contiguous(), owners[b.id], tag=b.id))
+            pulled = {b.id: torch.empty(b.nbytes // 8, dtype=torch.float64) for b in job.blocks}
+            by_server: dict[int, list] = {}
+            for b in job.blocks:
+                by_server.setdefault(owners[b.id], []).append(
+                    (b.id, dist.irecv(pulled[b.id], owners[b.id], tag=b.id))
+                )
+            done: dict[int, float] = {}
+            for stamps in pool.map(_wait_in_order, by_server.values()):
+                done.update(stamps)
+            for r in sends:
+                r.wait()
+            for b in job.blocks:
+                sample = Sample(w, owners[b.id], float(b.nbytes), done[b.id] - issued[b.id])
+                samples.append(sample)
+                period.append(sample)
+            for b in job.blocks:
+                if job.mode == "vanilla":
+                    params[_slice(b)] = pulled[b.id]
+                else:
+                    _sgd(params[_slice(b)], momentum[_slice(b)], pulled[b.id], job)
     return params, samples
+
+
+def _wait_in_order(works: list) -> dict[int, float]:
+    stamps = {}
+    for block, work in works:
+        work.wait()
+        stamps[block] = time.perf_counter()
+    return stamps
 
 
 def reference(job: Job) -> torch.Tensor:

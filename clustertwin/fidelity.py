@@ -1,0 +1,551 @@
+"""The fidelity suite (issue 8): every algorithm's validation cases, run for real and in simulation.
+
+``clustertwin validate --backend cpu|gpu`` reads the cases of that backend from a suite file
+(``scenarios/validation/suite.yaml``), runs each one, and reports per metric the simulated value, the real
+value and the relative error ``(sim - real) / real`` (``analysis.compare.relative_error``). It is a
+measurement, not a gate: it exits 0 whatever the errors are, and 1 only when a case crashed.
+
+The output folder holds ``cases/<name>/`` per case (its ``sim/`` and ``real/`` run folders, a Gavel
+``compare/`` folder, and ``result.json``, written atomically the moment the case is done) and the table
+of all finished cases as ``validation.json`` and ``validation.md``, rewritten after every case. A killed
+suite keeps its finished cases and a rerun skips them, unless the case's entry or scenario file changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from clustertwin.progress import ProgressCallback, progress_bar
+from scenarios.errors import InputError
+from scenarios.kinds import AnyScenario
+from scenarios.load import load_scenario, scenario_to_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "scenarios" / "validation" / "suite.yaml"
+GPU_EXPERIMENT = ROOT / "experiments" / "gavel_gpu_fidelity.py"
+BACKENDS = ("cpu", "gpu")
+RESULT = "result.json"
+TABLE_JSON = "validation.json"
+TABLE_MD = "validation.md"
+NO_REAL_BACKEND = "no real backend"
+
+# Gavel's compared metrics: the names a suite entry uses -> the (sim, real) fields of analysis/compare.py.
+_GAVEL_COMPARED = {
+    "avg_jct_s": ("avg_jct_sim_s", "avg_jct_real_s"),
+    "makespan_s": ("makespan_sim_s", "makespan_real_s"),
+    "utilisation": ("utilisation_sim", "utilisation_real"),
+}
+
+
+class _CaseSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    scenario: str
+    overrides: list[str] = Field(default_factory=list)
+    metrics: list[str] = Field(min_length=1)
+    runner: Literal["twin", "gavel_gpu_experiment"] = "twin"
+
+
+class _SuiteSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cpu: list[_CaseSpec] = Field(default_factory=list)
+    gpu: list[_CaseSpec] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One validation case of a suite, with its scenario loaded (so it is known to be valid)."""
+
+    name: str
+    scenario_path: Path
+    overrides: tuple[str, ...]
+    metrics: tuple[str, ...]
+    runner: str
+    scenario: AnyScenario
+
+    @property
+    def kind(self) -> str:
+        return self.scenario.kind
+
+    @property
+    def label(self) -> str:
+        """The table's scenario column: the scenario's name and its overrides."""
+        extra = f" ({', '.join(self.overrides)})" if self.overrides else ""
+        return f"{self.scenario.name}{extra}"
+
+    def fingerprint(self, source: str = "") -> str:
+        """Changes when the entry, its scenario file or ``source`` (where results are read from) does;
+        a finished case is rerun then."""
+        text = json.dumps(
+            {
+                "scenario": str(self.scenario_path),
+                "scenario_text": self.scenario_path.read_text(encoding="utf-8"),
+                "overrides": list(self.overrides),
+                "metrics": list(self.metrics),
+                "runner": self.runner,
+                "source": source,
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_suite(path: Path, backend: str) -> list[Case]:
+    """The cases of ``backend`` in a suite file, each scenario loaded and checked; InputError otherwise."""
+    path = Path(path)
+    label = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(label, f"cannot read the suite file: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise InputError(label, f"malformed YAML: {err}") from None
+    try:
+        spec = _SuiteSpec.model_validate(data if data is not None else {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise InputError(f"{label}: field {where}", first["msg"]) from None
+    entries: list[_CaseSpec] = getattr(spec, backend)
+    if not entries:
+        raise InputError(label, f"no cases for backend {backend!r}")
+    names = [entry.name for entry in entries]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise InputError(f"{label}: field {backend}", f"case names must be unique: {', '.join(repeated)}")
+    cases = []
+    for i, entry in enumerate(entries):
+        scenario_path = (path.parent / entry.scenario).resolve()
+        scenario = load_scenario(scenario_path, entry.overrides)
+        if entry.runner == "gavel_gpu_experiment":
+            _check_experiment_case(entry, scenario, f"{label}: field {backend}.{i}")
+        cases.append(
+            Case(
+                entry.name,
+                scenario_path,
+                tuple(entry.overrides),
+                tuple(entry.metrics),
+                entry.runner,
+                scenario,
+            )
+        )
+    return cases
+
+
+def _check_experiment_case(entry: _CaseSpec, scenario: AnyScenario, where: str) -> None:
+    if scenario.kind != "gavel":
+        raise InputError(where, f"runner gavel_gpu_experiment runs Gavel scenarios, not kind {scenario.kind}")
+    if any(not item.startswith("policy.") for item in entry.overrides):
+        raise InputError(where, "runner gavel_gpu_experiment takes only policy.* overrides")
+    if scenario.policy.name not in ("las", "ftf"):
+        raise InputError(where, f"the GPU experiment runs policies las and ftf, not {scenario.policy.name}")
+    unknown = [name for name in entry.metrics if name not in _GAVEL_COMPARED]
+    if unknown:
+        raise InputError(where, f"the GPU experiment compares {', '.join(_GAVEL_COMPARED)}; not {unknown}")
+
+
+def check_out(out: Path) -> None:
+    """Refuse an output folder that holds something other than an earlier suite's results."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InputError(str(out), "the output path exists and is not a folder")
+    if any(out.iterdir()) and not ((out / "cases").is_dir() or (out / TABLE_JSON).is_file()):
+        raise InputError(
+            str(out), "the output folder exists and holds no validation results; choose another --out"
+        )
+
+
+@dataclass
+class SuiteRun:
+    """What a suite run did: the finished cases' results (read back from disk) and the crashes."""
+
+    results: list[dict[str, Any]]
+    failures: dict[str, str]
+    ran: list[str]
+    skipped: list[str]
+
+
+def run_suite(
+    backend: str,
+    out: Path,
+    *,
+    suite: Path = SUITE,
+    from_dir: Path | None = None,
+    quiet: bool = False,
+    command: str = "",
+    console: Console | None = None,
+) -> SuiteRun:
+    """Run the suite's cases of ``backend`` into ``out``, skipping those finished before.
+
+    Every input check (the suite file, each scenario, the output folder, ``from_dir``) happens before
+    the first case runs. A crashing case is recorded in ``failures`` and the suite goes on.
+    """
+    if backend not in BACKENDS:
+        raise InputError(f"--backend {backend}", f"expected one of {', '.join(BACKENDS)}")
+    if from_dir is not None:
+        if backend != "gpu":
+            raise InputError(f"--from {from_dir}", "reading an existing results folder is for --backend gpu")
+        if not from_dir.is_dir():
+            raise InputError(str(from_dir), "no such folder")
+    cases = load_suite(suite, backend)
+    out = Path(out)
+    check_out(out)
+    console = console or Console()
+    (out / "cases").mkdir(parents=True, exist_ok=True)
+    failures: dict[str, str] = {}
+    ran: list[str] = []
+    skipped: list[str] = []
+    header = _header(backend, suite, command, from_dir)
+    with progress_bar(f"validate --backend {backend}", quiet=quiet, console=console) as progress:
+        for i, case in enumerate(cases):
+            case_dir = out / "cases" / case.name
+            source = str(from_dir.resolve()) if from_dir is not None else ""
+            fingerprint = case.fingerprint(source)
+            if _finished(case_dir, fingerprint):
+                skipped.append(case.name)
+                if not quiet:
+                    console.print(f"{case.name}: finished before, skipped ({case_dir / RESULT})")
+                continue
+
+            def step(fraction: float, text: str, i: int = i, name: str = case.name) -> None:
+                progress((i + min(max(fraction, 0.0), 1.0)) / len(cases), f"{name}: {text}")
+
+            case_dir.mkdir(parents=True, exist_ok=True)
+            step(0.0, "starting")
+            started = time.perf_counter()
+            try:
+                record = _run_case(case, case_dir, step, from_dir)
+            except (InputError, KeyboardInterrupt):
+                raise
+            except Exception as err:  # a crashed run: recorded, the other cases still run
+                failures[case.name] = f"{type(err).__name__}: {err}"
+                _write_atomically(case_dir / "error.txt", traceback.format_exc())
+                if not quiet:
+                    console.print(f"{case.name}: [red]crashed[/red]: {failures[case.name]}")
+                continue
+            record.update(
+                case=case.name,
+                kind=case.kind,
+                scenario=case.label,
+                scenario_path=str(case.scenario_path),
+                overrides=list(case.overrides),
+                runner=case.runner,
+                fingerprint=fingerprint,
+                wall_s=round(time.perf_counter() - started, 2),
+                finished_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+            )
+            _write_atomically(case_dir / RESULT, json.dumps(_jsonable(record), indent=2) + "\n")
+            (case_dir / "error.txt").unlink(missing_ok=True)
+            ran.append(case.name)
+            _write_tables(out, header, _collect(out, cases), failures)
+            if not quiet:
+                console.print(f"{case.name}: {record['status']} in {record['wall_s']:.0f} s")
+            step(1.0, "done")
+    results = _collect(out, cases)
+    _write_tables(out, header, results, failures)
+    return SuiteRun(results, failures, ran, skipped)
+
+
+def _finished(case_dir: Path, fingerprint: str) -> bool:
+    try:
+        record = json.loads((case_dir / RESULT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    # A case without a real backend is re-tried every time: it costs seconds and may have one now.
+    return record.get("status") == "ok" and record.get("fingerprint") == fingerprint
+
+
+def _collect(out: Path, cases: list[Case]) -> list[dict[str, Any]]:
+    """The result records of the suite's cases that are on disk, in suite order."""
+    records = []
+    for case in cases:
+        path = out / "cases" / case.name / RESULT
+        if path.is_file():
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+    return records
+
+
+def _run_case(case: Case, case_dir: Path, step: ProgressCallback, from_dir: Path | None) -> dict[str, Any]:
+    if case.runner == "gavel_gpu_experiment":
+        return _run_gpu_experiment(case, case_dir, step, from_dir)
+    return _run_twin(case, case_dir, step)
+
+
+def _run_twin(case: Case, case_dir: Path, step: ProgressCallback) -> dict[str, Any]:
+    """Simulate the case (seconds; checks the metric names), then run it for real, then compare."""
+    import runtime
+    import sim
+    from analysis.compare import relative_error
+
+    sim_dir = case_dir / "sim"
+    sim_metrics = _run_and_write(
+        case, sim_dir, "sim", sim.run_scenario, lambda f, t: step(0.1 * f, f"sim {t}")
+    )
+    unknown = [name for name in case.metrics if name not in sim_metrics and name not in _compared(case)]
+    if unknown:
+        raise InputError(
+            f"case {case.name}: field metrics",
+            f"no metric {', '.join(unknown)} for kind {case.kind}; it has {', '.join(sorted(sim_metrics))}",
+        )
+
+    extra: dict[str, Any] = {}
+    if case.kind == "gavel":
+        extra["snapshot_dir"] = case_dir / "real.partial"
+
+    def real_run(scenario: AnyScenario, progress: ProgressCallback) -> Any:
+        return runtime.run_scenario(scenario, progress=progress, **extra)
+
+    try:
+        real_metrics = _run_and_write(
+            case, case_dir / "real", "real", real_run, lambda f, t: step(0.1 + 0.9 * f, f"real {t}")
+        )
+    except NotImplementedError as err:
+        rows = [_row(name, sim_metrics.get(name, math.nan), math.nan, math.nan) for name in case.metrics]
+        return {"status": NO_REAL_BACKEND, "note": str(err), "rows": rows, "sim_dir": str(sim_dir)}
+
+    pairs = {
+        name: (sim_metrics.get(name, math.nan), real_metrics.get(name, math.nan)) for name in case.metrics
+    }
+    record: dict[str, Any] = {"status": "ok", "sim_dir": str(sim_dir), "real_dir": str(case_dir / "real")}
+    if case.kind == "gavel":
+        from analysis.compare import compare_runs, write_comparison
+
+        comparison = compare_runs(sim_dir, case_dir / "real")
+        write_comparison(comparison, case_dir / "compare")
+        figures = comparison.headline()
+        for name, (sim_key, real_key) in _GAVEL_COMPARED.items():
+            if name in pairs:
+                pairs[name] = (float(figures[sim_key]), float(figures[real_key]))
+        record["compare_dir"] = str(case_dir / "compare")
+        record["jobs_compared"] = comparison.jobs_compared
+    record["rows"] = [_row(name, s, r, relative_error(s, r)) for name, (s, r) in pairs.items()]
+    return record
+
+
+def _compared(case: Case) -> tuple[str, ...]:
+    return tuple(_GAVEL_COMPARED) if case.kind == "gavel" else ()
+
+
+def _run_and_write(
+    case: Case,
+    folder: Path,
+    backend: str,
+    execute: Callable[[AnyScenario, ProgressCallback], Any],
+    progress: ProgressCallback,
+) -> dict[str, float]:
+    """Run the case's scenario with ``execute`` and write a run folder, as ``clustertwin run`` does."""
+    import shutil
+
+    from analysis.output import write_run
+    from clustertwin.kinds import ops_for
+
+    ops = ops_for(case.kind)
+    started = time.perf_counter()
+    result = execute(case.scenario, progress)
+    result.info.setdefault("wall_s", time.perf_counter() - started)
+    ops.check_tables(result)
+    metrics = ops.metrics(case.scenario, result)
+    write_run(
+        folder,
+        scenario=scenario_to_dict(case.scenario),
+        seed=case.scenario.seed,
+        backend="real" if backend == "real" else "sim",
+        result=result,
+        metrics=metrics,
+        plots=False,
+    )
+    partial = folder.with_name(folder.name + ".partial")
+    if partial.exists():  # the complete folder now holds everything the snapshots did
+        shutil.rmtree(partial)
+    return {name: float(value) for name, value in metrics.items()}
+
+
+def _run_gpu_experiment(
+    case: Case, case_dir: Path, step: ProgressCallback, from_dir: Path | None
+) -> dict[str, Any]:
+    """Read (or produce) the GPU experiment's comparison of the case's policy.
+
+    With ``from_dir``: its ``compare-<policy>/compare.json``, or, where only ``real-<policy>/`` is there,
+    the experiment's ``compare`` step first (which writes into ``from_dir``). Without: the experiment runs
+    in ``case_dir/work`` (profile, size, real run, then compare; a GPU machine, about 30 minutes).
+    """
+    from analysis.compare import relative_error
+
+    policy = case.scenario.policy.name
+    work = (from_dir or case_dir / "work").resolve()
+    compared = work / f"compare-{policy}" / "compare.json"
+    if not compared.is_file():
+        if not (work / f"real-{policy}" / "summary.json").is_file():
+            if from_dir is not None:
+                raise InputError(
+                    str(from_dir),
+                    f"no finished real run of policy {policy} (real-{policy}/summary.json) and no"
+                    f" compare-{policy}/compare.json",
+                )
+            step(0.0, "GPU experiment: profile, size and real run")
+            _experiment("run", "--work", str(work), "--policies", policy)
+        step(0.9, "GPU experiment: simulate and compare")
+        _experiment("compare", "--work", str(work))
+    figures = json.loads(compared.read_text(encoding="utf-8"))
+    rows = []
+    for name in case.metrics:
+        sim_key, real_key = _GAVEL_COMPARED[name]
+        s, r = _number(figures.get(sim_key)), _number(figures.get(real_key))
+        rows.append(_row(name, s, r, relative_error(s, r)))
+    return {
+        "status": "ok",
+        "rows": rows,
+        "compare_json": str(compared),
+        "jobs_compared": figures.get("jobs_compared"),
+        "source": "read from --from" if from_dir is not None else "ran experiments/gavel_gpu_fidelity.py",
+    }
+
+
+def _experiment(*args: str) -> None:
+    if not GPU_EXPERIMENT.is_file():
+        raise RuntimeError(f"{GPU_EXPERIMENT} not found: the GPU suite runs from a source checkout")
+    done = subprocess.run([sys.executable, str(GPU_EXPERIMENT), *args], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{GPU_EXPERIMENT.name} {args[0]} exited with status {done.returncode}")
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def _row(metric: str, sim: float, real: float, error: float) -> dict[str, Any]:
+    return {"metric": metric, "sim": sim, "real": real, "error": error}
+
+
+def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per case and metric: kind, case, scenario, metric, sim, real, error, note."""
+    rows = []
+    for record in results:
+        note = "" if record["status"] == "ok" else record["status"]
+        for row in record["rows"]:
+            rows.append(
+                {
+                    "kind": record["kind"],
+                    "case": record["case"],
+                    "scenario": record["scenario"],
+                    **{key: _number(row[key]) if key != "metric" else row[key] for key in row},
+                    "note": note,
+                }
+            )
+    return rows
+
+
+def render(results: list[dict[str, Any]], title: str) -> Table:
+    """The suite's table for the terminal."""
+    table = Table(title=title)
+    for name in ("kind", "scenario", "metric", "sim", "real", "rel. error", "note"):
+        table.add_column(name, justify="right" if name in ("sim", "real", "rel. error") else "left")
+    for row in table_rows(results):
+        table.add_row(
+            row["kind"], row["scenario"], row["metric"], _show(row["sim"]), _show(row["real"]),
+            _percent(row["error"]), row["note"],
+        )  # fmt: skip
+    return table
+
+
+def _show(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{value:.4g}"
+
+
+def _percent(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{value:+.1%}"
+
+
+def _header(backend: str, suite: Path, command: str, from_dir: Path | None) -> dict[str, Any]:
+    return {
+        "backend": backend,
+        "suite": str(Path(suite).resolve()),
+        "command": command,
+        "from": str(from_dir) if from_dir is not None else None,
+        "machine": machine(),
+    }
+
+
+def machine() -> str:
+    """The host in a few words: CPU model, cores seen by this process, OS."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cores} cores ({model}), {platform.system()} {platform.release()}"
+
+
+def _write_tables(out: Path, header: dict[str, Any], results: list[dict[str, Any]], failures: dict[str, str]):
+    rows = table_rows(results)
+    document = {
+        **header,
+        "written_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "rows": rows,
+        "failures": failures,
+    }
+    _write_atomically(out / TABLE_JSON, json.dumps(_jsonable(document), indent=2, allow_nan=False) + "\n")
+    lines = [
+        f"# Fidelity suite, backend {header['backend']}",
+        "",
+        f"- command: `{header['command']}`" if header["command"] else "- command: (library call)",
+        f"- machine: {header['machine']}",
+        f"- written: {document['written_utc']}",
+        "- relative error = (sim - real) / real; negative: the simulation was optimistic (shorter times)",
+        "",
+        "| kind | scenario | metric | sim | real | rel. error | note |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['kind']} | {row['scenario']} | {row['metric']} | {_show(row['sim'])} |"
+            f" {_show(row['real'])} | {_percent(row['error'])} | {row['note']} |"
+        )
+    for name, error in failures.items():
+        lines.append(f"\n**{name} crashed:** `{error}`")
+    _write_atomically(out / TABLE_MD, "\n".join(lines) + "\n")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.writing-{os.getpid()}-{time.time_ns()}")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,253 @@
+"""The fidelity suite (`clustertwin validate --backend cpu|gpu`): its table, resuming, and the arguments."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import runtime
+import sim
+from clustertwin import fidelity
+from clustertwin.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FLEXRR = ROOT / "scenarios" / "validation" / "flexrr-real-cpu.yaml"
+GPU_RESULTS = ROOT / "docs" / "results" / "gavel-gpu-2026-11-26"
+# A real run of a few seconds: 4 worker processes, 2 iterations of 40 items at 0.25 s each.
+TINY = ["iterations=2", "items_per_worker=40", "iteration_s=0.25", "rr.message_checks=4"]
+
+
+def write_suite(tmp_path: Path, cases: list[dict], backend: str = "cpu") -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(json.dumps({backend: cases}))  # JSON is YAML
+    return path
+
+
+def flexrr_case(name: str, mode: str, metrics=("time_per_iteration_s", "makespan_s")) -> dict:
+    return {
+        "name": name,
+        "scenario": str(FLEXRR),
+        "overrides": [*TINY, f"mode={mode}"],
+        "metrics": list(metrics),
+    }
+
+
+def suite_args(suite: Path, out: Path, *extra: str) -> list[str]:
+    return ["validate", "--backend", "cpu", "--suite", str(suite), "--out", str(out), "--quiet", *extra]
+
+
+def rows_of(out: Path) -> list[dict]:
+    return json.loads((out / fidelity.TABLE_JSON).read_text())["rows"]
+
+
+def test_suite_compares_real_and_sim_then_skips_finished_cases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    suite = write_suite(tmp_path, [flexrr_case("flexrr-bsp", "bsp")])
+    out = tmp_path / "out"
+    assert main(suite_args(suite, out)) == 0
+    printed = capsys.readouterr().out
+    assert "time_per_iteration_s" in printed and str(out / fidelity.TABLE_MD) in printed
+
+    rows = rows_of(out)
+    assert [(r["kind"], r["case"], r["metric"]) for r in rows] == [
+        ("flexrr", "flexrr-bsp", "time_per_iteration_s"),
+        ("flexrr", "flexrr-bsp", "makespan_s"),
+    ]
+    for row in rows:
+        assert all(math.isfinite(row[key]) for key in ("sim", "real", "error"))
+        assert row["error"] == pytest.approx((row["sim"] - row["real"]) / row["real"])
+        assert row["note"] == ""
+    makespan = rows[1]
+    # Two iterations of at least 0.25 s each, and the real run was really run (and wrote its folder).
+    assert makespan["real"] >= 0.5 and makespan["sim"] >= 0.5
+    real_summary = json.loads((out / "cases" / "flexrr-bsp" / "real" / "summary.json").read_text())
+    assert real_summary["backend"] == "real" and real_summary["metrics"]["makespan_s"] == makespan["real"]
+    assert "| flexrr | flexrr-real-cpu (" in (out / fidelity.TABLE_MD).read_text()
+
+    # A rerun skips the finished case: nothing runs (both executors would crash) and the table stays.
+    def crash(*args, **kwargs):
+        raise RuntimeError("boom: should not have run")
+
+    monkeypatch.setattr(sim, "run_scenario", crash)
+    monkeypatch.setattr(runtime, "run_scenario", crash)
+    result = out / "cases" / "flexrr-bsp" / fidelity.RESULT
+    before = result.read_text()
+    assert main(suite_args(suite, out)) == 0
+    assert result.read_text() == before and rows_of(out) == rows
+
+    # A changed entry is not "finished": it runs again, here crashes, and the suite exits 1 naming it.
+    suite = write_suite(tmp_path, [flexrr_case("flexrr-bsp", "bsp", metrics=["makespan_s"])])
+    assert main(suite_args(suite, out)) == 1
+    err = capsys.readouterr().err
+    assert "error: case flexrr-bsp: RuntimeError: boom" in err
+    assert result.read_text() == before  # the earlier result is kept, not half-overwritten
+    assert "boom" in (out / "cases" / "flexrr-bsp" / "error.txt").read_text()
+    assert json.loads((out / fidelity.TABLE_JSON).read_text())["failures"] == {
+        "flexrr-bsp": "RuntimeError: boom: should not have run"
+    }
+
+
+def test_a_kind_without_real_backend_is_reported_not_crashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    calls = []
+
+    def no_real(scenario, **kwargs):
+        calls.append(scenario.name)
+        raise NotImplementedError(f"no real runtime for scenario kind {scenario.kind!r} yet")
+
+    monkeypatch.setattr(runtime, "run_scenario", no_real)
+    suite = write_suite(tmp_path, [flexrr_case("later", "flexrr", metrics=["makespan_s"])])
+    out = tmp_path / "out"
+    assert main(suite_args(suite, out)) == 0
+    (row,) = rows_of(out)
+    assert row["note"] == fidelity.NO_REAL_BACKEND
+    assert row["sim"] > 0 and row["real"] is None and row["error"] is None
+    assert "no real backend" in capsys.readouterr().out
+    # Not kept as finished: the next run asks the runtime again (it may have a backend by then).
+    assert main(suite_args(suite, out)) == 0
+    assert calls == ["flexrr-real-cpu", "flexrr-real-cpu"]
+
+
+def test_gpu_suite_reads_an_existing_experiment_folder(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "gpu"
+    argv = ["validate", "--backend", "gpu", "--from", str(GPU_RESULTS), "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    rows = {r["metric"]: r for r in rows_of(out)}
+    assert set(rows) == {"avg_jct_s", "makespan_s", "utilisation"}
+    assert rows["avg_jct_s"]["error"] == pytest.approx(-0.350, abs=5e-4)
+    assert rows["makespan_s"]["error"] == pytest.approx(-0.297, abs=5e-4)
+    assert rows["makespan_s"]["real"] == pytest.approx(1421.9, abs=0.1)
+    assert "-35.0%" in (out / fidelity.TABLE_MD).read_text()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["validate", "--backend", "gpu", "--from", str(empty), "--out", str(tmp_path / "gpu2"), "--quiet"]
+    assert main(argv) == 2
+    assert "no finished real run of policy las" in capsys.readouterr().err
+
+
+def test_bundled_suite_lists_the_cases() -> None:
+    cpu = fidelity.load_suite(fidelity.SUITE, "cpu")
+    assert {c.kind for c in cpu} == {"gavel", "flexrr", "psld"} and len({c.name for c in cpu}) == len(cpu)
+    assert [c.scenario.mode for c in cpu if c.kind == "flexrr"] == ["bsp", "flexrr"]
+    assert [c.scenario.policy for c in cpu if c.kind == "psld"] == ["mxnet", "psld"]
+    (gpu,) = fidelity.load_suite(fidelity.SUITE, "gpu")
+    assert gpu.runner == "gavel_gpu_experiment" and gpu.scenario.policy.name == "las"
+
+
+@pytest.mark.parametrize("path", [FLEXRR, ROOT / "scenarios" / "gavel-real-cpu.yaml"])
+def test_validate_scenario_still_prints_ok(path: Path, capsys) -> None:
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out == "ok\n"
+    assert main(["validate", str(path), "--set", "seed=-1"]) == 2
+    assert "field seed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["validate"], "give either SCENARIO (check a scenario file) or --backend cpu|gpu"),
+        (["validate", str(FLEXRR), "--backend", "cpu"], "not both"),
+        (["validate", str(FLEXRR), "--backend"], "not both"),
+        (["validate", str(FLEXRR), "--out", "x"], "--out only go with --backend"),
+        (["validate", "--backend", "cpu", "--set", "seed=1"], "--set applies to SCENARIO"),
+        (
+            ["validate", "--backend", "cpu", "--from", "."],
+            "reading an existing results folder is for --backend gpu",
+        ),
+    ],
+)
+def test_validate_needs_exactly_one_of_scenario_or_backend(
+    argv: list[str], expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: validate") or err.startswith("error: --from")
+    assert expected in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("cases", "expected"),
+    [
+        (
+            [{"name": "a", "scenario": str(FLEXRR), "metrics": ["makespan_s"], "extra": 1}],
+            "field cpu.0.extra",
+        ),
+        ([{"name": "a b", "scenario": str(FLEXRR), "metrics": ["makespan_s"]}], "field cpu.0.name"),
+        ([{"name": "a", "scenario": str(FLEXRR), "metrics": []}], "field cpu.0.metrics"),
+        ([flexrr_case("a", "bsp"), flexrr_case("a", "flexrr")], "case names must be unique: a"),
+        (
+            [{"name": "a", "scenario": str(FLEXRR), "overrides": ["mode=fast"], "metrics": ["x"]}],
+            "field mode",
+        ),
+        ([{"name": "a", "scenario": "nowhere.yaml", "metrics": ["x"]}], "cannot read the scenario file"),
+    ],
+)
+def test_a_bad_suite_file_stops_before_anything_runs(
+    cases: list[dict], expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setattr(sim, "run_scenario", lambda *a, **k: pytest.fail("ran"))
+    out = tmp_path / "out"
+    assert main(suite_args(write_suite(tmp_path, cases), out)) == 2
+    assert expected in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_unknown_metric_is_named_after_the_quick_simulation(tmp_path: Path, capsys) -> None:
+    suite = write_suite(tmp_path, [flexrr_case("a", "bsp", metrics=["makespan_s", "jct_s"])])
+    assert main(suite_args(suite, tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "case a: field metrics: no metric jct_s for kind flexrr" in err and "time_per_iteration_s" in err
+    assert not (tmp_path / "out" / "cases" / "a" / "real").exists()  # the real run never started
+
+
+def test_an_output_folder_that_is_not_a_suite_is_refused(tmp_path: Path, capsys) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    suite = write_suite(tmp_path, [flexrr_case("a", "bsp")])
+    assert main(suite_args(suite, mine)) == 2
+    assert "holds no validation results" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.slow
+def test_full_cpu_suite(tmp_path: Path) -> None:
+    """The bundled CPU suite end to end (about 4 minutes on 2 cores)."""
+    out = tmp_path / "cpu"
+    assert main(["validate", "--backend", "cpu", "--out", str(out), "--quiet"]) == 0
+    rows = rows_of(out)
+    assert [(r["case"], r["metric"]) for r in rows] == [
+        ("gavel-las", "avg_jct_s"), ("gavel-las", "makespan_s"), ("gavel-las", "utilisation"),
+        ("flexrr-bsp", "time_per_iteration_s"), ("flexrr-bsp", "makespan_s"),
+        ("flexrr-flexrr", "time_per_iteration_s"), ("flexrr-flexrr", "makespan_s"),
+    ]  # fmt: skip
+    for row in rows:
+        assert all(math.isfinite(row[key]) for key in ("sim", "real", "error")), row
+
+
+def test_gpu_suite_without_from_runs_the_experiment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: the experiment is replaced by one that 'produces' the bundled run's folders."""
+    import shutil
+
+    calls = []
+
+    def experiment(step: str, flag: str, work: str, *rest: str) -> None:
+        calls.append((step, *rest))
+        folder = "real-las" if step == "run" else "compare-las"
+        shutil.copytree(GPU_RESULTS / folder, Path(work) / folder)
+
+    monkeypatch.setattr(fidelity, "_experiment", experiment)
+    out = tmp_path / "gpu"
+    assert main(["validate", "--backend", "gpu", "--out", str(out), "--quiet"]) == 0
+    assert calls == [("run", "--policies", "las"), ("compare",)]
+    assert (out / "cases" / "gavel-las-gpu" / "work" / "real-las" / "summary.json").is_file()
+    errors = [r["error"] for r in rows_of(out)]
+    assert errors == pytest.approx([-0.350, -0.297, -0.044], abs=5e-4)
