@@ -58,10 +58,10 @@ from policies.psld.baselines import byteps_layout, mxnet_layout, round_robin_own
 from policies.psld.blocks import Block, Tensor, split_blocks
 from policies.psld.migration import migrations
 from policies.psld.profiling import Sample
-from policies.psld.scheduler import SchedulerConfig
 from scenarios.errors import InputError
 from scenarios.psld_results import frame
 from scenarios.psld_schema import ADAPTIVE, PSLDScenario
+from scenarios.psld_setup import scheduler_config
 from scenarios.results import RunResult
 from traces.psld_models import psld_model
 
@@ -128,27 +128,6 @@ def throttles(scenario: PSLDScenario) -> dict[int, float]:
         else:
             out[s.server] = s.value * scenario.costs.sum_gbytes_per_core_s * 1e9
     return out
-
-
-def scheduler_config(scenario: PSLDScenario) -> SchedulerConfig:
-    """The simulator's scheduler configuration for an adaptive policy."""
-    p = scenario.psld
-    return SchedulerConfig(
-        policy="strawman" if scenario.policy == "strawman" else "psld",
-        epsilon=0.0 if scenario.policy == "psld_noexplore" else p.epsilon,
-        theta_ratio=p.theta_ratio,
-        z=p.z,
-        straggler_threshold=p.straggler_threshold,
-        scale_threshold=p.scale_threshold,
-        scale_out=p.scale_out,
-        history_reports=p.history_reports,
-        cooldown_reports=p.cooldown_reports,
-        min_gain=p.min_gain,
-        speed_metric=p.speed_metric,
-        strict_superior=p.strict_superior,
-        order=p.order,
-        recheck=p.recheck,
-    )
 
 
 def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
@@ -395,4 +374,4 @@ def run_real(
     return result
 
 
-__all__ = ["build_job", "check_real", "run_real", "scheduler_config", "throttles"]
+__all__ = ["build_job", "check_real", "run_real", "throttles"]

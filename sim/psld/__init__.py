@@ -17,9 +17,10 @@ import numpy as np
 
 from policies.psld.baselines import byteps_layout, mxnet_layout, round_robin_owners, tensorflow_layout
 from policies.psld.blocks import split_blocks
-from policies.psld.scheduler import PSLDScheduler, SchedulerConfig
+from policies.psld.scheduler import PSLDScheduler
 from scenarios.psld_results import frame
 from scenarios.psld_schema import ADAPTIVE, PSLDScenario
+from scenarios.psld_setup import scheduler_config
 from scenarios.results import RunResult
 from sim.psld.engine import Change, Engine, EngineConfig
 from traces.psld_models import psld_model
@@ -74,22 +75,7 @@ def run(scenario: PSLDScenario, progress: Callable[[float, str], None] | None = 
             sizes,
             list(servers),
             list(range(c.servers, c.servers + c.standby)),
-            SchedulerConfig(
-                policy="strawman" if scenario.policy == "strawman" else "psld",
-                epsilon=0.0 if scenario.policy == "psld_noexplore" else p.epsilon,
-                theta_ratio=p.theta_ratio,
-                z=p.z,
-                straggler_threshold=p.straggler_threshold,
-                scale_threshold=p.scale_threshold,
-                scale_out=p.scale_out,
-                history_reports=p.history_reports,
-                cooldown_reports=p.cooldown_reports,
-                min_gain=p.min_gain,
-                speed_metric=p.speed_metric,
-                strict_superior=p.strict_superior,
-                order=p.order,
-                recheck=p.recheck,
-            ),
+            scheduler_config(scenario),
         )
     n_layers = len(model.backward_s)
     ready, acc = {}, 0.0
