@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 from rich.table import Table
 
+from analysis.atomic import write_atomically
 from analysis.output import read_run
 from scenarios.errors import InputError
 
@@ -253,25 +252,13 @@ def write_comparison(comparison: Comparison, out_dir: Path) -> list[Path]:
         "per_job.csv": lambda path: comparison.per_job.to_csv(path, index=False),
         "jct_ratio_cdf.png": lambda path: figure.savefig(path, format="png", dpi=110),
     }
-    return [_write_atomically(out_dir / name, write) for name, write in writers.items()]
+    return [write_atomically(out_dir / name, write) for name, write in writers.items()]
 
 
 def _finite_or_none(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def _write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
-    # Not tempfile: its files are private (0600) and would stay so after the rename.
-    temporary = path.with_name(f".{path.name}.writing-{os.getpid()}-{time.time_ns()}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _ratio_cdf(comparison: Comparison) -> Figure:

@@ -23,8 +23,6 @@ import html
 import io
 import json
 import math
-import os
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from analysis.atomic import write_text
 from scenarios.errors import InputError
 
 REPORT_FILE = "report.html"
@@ -88,15 +87,7 @@ def write_report(folder: str | Path) -> Path:
         f'<p class="meta">{html.escape(str(folder.resolve()))} · report written {stamp} by clustertwin</p>\n'
         f"{body}\n</body>\n</html>\n"
     )
-    path = folder / REPORT_FILE
-    tmp = path.with_name(f".{path.name}.writing-{os.getpid()}-{time.time_ns()}")
-    try:
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return write_text(folder / REPORT_FILE, page)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from analysis.atomic import write_json
 from clustertwin.progress import progress_bar
 
 Metrics = dict[str, float]
@@ -111,10 +112,3 @@ def print_rows(rows: Iterable[Row], title: str) -> None:
         ok = "-" if r.ok is None else ("yes" if r.ok else "NO")
         table.add_row(f"{r.id}: {r.claim} [{r.source}]", r.paper, r.fmt.format(r.ours), tolerance, ok)
     Console(width=max(Console().width, 160), file=sys.stdout).print(table)
-
-
-def write_json(path: Path, data: object) -> None:
-    """Atomic: a half-written file never carries the final name."""
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=True))
-    os.replace(tmp, path)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from analysis.atomic import write_text
 from clustertwin.progress import ProgressCallback, progress_bar
 from scenarios.errors import InputError
 from scenarios.kinds import AnyScenario
@@ -240,7 +241,7 @@ def run_suite(
                 raise
             except Exception as err:  # a crashed run: recorded, the other cases still run
                 failures[case.name] = f"{type(err).__name__}: {err}"
-                _write_atomically(case_dir / "error.txt", traceback.format_exc())
+                write_text(case_dir / "error.txt", traceback.format_exc())
                 if not quiet:
                     console.print(f"{case.name}: [red]crashed[/red]: {failures[case.name]}")
                 continue
@@ -255,7 +256,7 @@ def run_suite(
                 wall_s=round(time.perf_counter() - started, 2),
                 finished_utc=datetime.now(UTC).isoformat(timespec="seconds"),
             )
-            _write_atomically(case_dir / RESULT, json.dumps(_jsonable(record), indent=2) + "\n")
+            write_text(case_dir / RESULT, json.dumps(_jsonable(record), indent=2) + "\n")
             (case_dir / "error.txt").unlink(missing_ok=True)
             ran.append(case.name)
             _write_tables(out, header, _collect(out, cases), failures)
@@ -509,7 +510,7 @@ def _write_tables(out: Path, header: dict[str, Any], results: list[dict[str, Any
         "rows": rows,
         "failures": failures,
     }
-    _write_atomically(out / TABLE_JSON, json.dumps(_jsonable(document), indent=2, allow_nan=False) + "\n")
+    write_text(out / TABLE_JSON, json.dumps(_jsonable(document), indent=2, allow_nan=False) + "\n")
     lines = [
         f"# Fidelity suite, backend {header['backend']}",
         "",
@@ -528,7 +529,7 @@ def _write_tables(out: Path, header: dict[str, Any], results: list[dict[str, Any
         )
     for name, error in failures.items():
         lines.append(f"\n**{name} crashed:** `{error}`")
-    _write_atomically(out / TABLE_MD, "\n".join(lines) + "\n")
+    write_text(out / TABLE_MD, "\n".join(lines) + "\n")
 
 
 def _jsonable(value: Any) -> Any:
@@ -539,13 +540,3 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.writing-{os.getpid()}-{time.time_ns()}")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise

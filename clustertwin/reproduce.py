@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from analysis.atomic import write_json
 from clustertwin.progress import progress_bar
 from clustertwin.solver_banner import silence_solver_banner
 from scenarios.claims import Claim, load_claims
@@ -84,7 +85,7 @@ def reproduce(name: str, quick: bool, out: Path | None = None, workers: int | No
                 for future in as_completed(futures):
                     spec = futures[future]
                     done[spec.key] = future.result()
-                    _write_json(cache / f"{spec.key}.json", done[spec.key])
+                    write_json(cache / f"{spec.key}.json", done[spec.key])
                     progress(len(done) / len(todo), f"{len(done)}/{len(todo)} runs")
 
     rows = []
@@ -110,7 +111,7 @@ def reproduce(name: str, quick: bool, out: Path | None = None, workers: int | No
                 "why": claim.why,
             }
         )
-    _write_json(out / "claims.json", {"name": name, "quick": quick, "claims": rows})
+    write_json(out / "claims.json", {"name": name, "quick": quick, "claims": rows})
     _print_table(name, quick, rows)
     print(f"results: {out / 'claims.json'}")
     return 0 if all(row["holds"] for row in rows) else 1
@@ -132,10 +133,3 @@ def _print_table(name: str, quick: bool, rows: list[dict]) -> None:
             "yes" if row["holds"] else "NO",
         )
     Console(width=max(Console().width, 140), file=sys.stdout).print(table)
-
-
-def _write_json(path: Path, data: object) -> None:
-    """Atomic: a half-written file never carries the final name."""
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=True))
-    os.replace(tmp, path)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from analysis.atomic import write_json
 from clustertwin.progress import progress_bar
 
 CONFIGS: dict[str, tuple[str, ...]] = {
@@ -140,7 +140,7 @@ def reproduce(quick: bool, out: Path) -> int:
             )
     rows.extend(stage_claims())
     _print(rows, quick, starts)
-    _write_json(out / "claims.json", rows)
+    write_json(out / "claims.json", rows, default=_jsonable)
     return 0 if all(r["ok"] for r in rows) else 1
 
 
@@ -246,7 +246,7 @@ def _cached_run(cache: Path, market: str, hours: float, seed: int, config: str) 
     if path.is_file():
         return json.loads(path.read_text())
     metrics = simulate(overrides)
-    _write_json(path, metrics)
+    write_json(path, metrics, default=_jsonable)
     return metrics
 
 
@@ -273,13 +273,6 @@ def _print(rows: list[dict], quick: bool, starts: int) -> None:
         cells = (row["claim"], row["paper"], row["ours"], row["tolerance"], "yes" if row["ok"] else "NO")
         table.add_row(*(escape(c) for c in cells))  # "[real, 2h]" is text, not rich markup
     Console(width=max(Console().width, 150), file=sys.stdout).print(table)
-
-
-def _write_json(path: Path, data: object) -> None:
-    """Atomic: a half-written file never carries the final name."""
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=True, default=_jsonable))
-    os.replace(tmp, path)
 
 
 def _jsonable(value: object) -> object:

@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from analysis.atomic import write_atomically, write_json
 from clustertwin.progress import progress_bar
 from scenarios.errors import InputError
 from scenarios.kinds import AnyScenario
@@ -317,7 +318,7 @@ def _run_on_ray(
                         }
                     record = {"key": point.key, "values": point.values, "overrides": list(point.overrides)}
                     record.update(outcome)
-                    _write_json(runs / f"{point.key}.json", record)
+                    write_json(runs / f"{point.key}.json", record)
                     done[point.key] = record
                     log.run(len(done), total, point, record)
                     report()
@@ -397,7 +398,7 @@ def _prepare_out(out: Path, plan: Plan) -> None:
             str(out), f"the folder exists and is not a sweep folder (no {SWEEP_FILE}); choose another --out"
         )
     (out / RUNS_DIR).mkdir(parents=True, exist_ok=True)
-    _write_json(
+    write_json(
         meta,
         {
             "name": plan.spec.name,
@@ -443,11 +444,7 @@ def write_results(out: Path, plan: Plan, done: dict[str, dict]) -> Path:
         table[column] = _parquet_column(table[column])
     table["error"] = table["error"].astype("string")
     table["node"] = table["node"].astype("string")
-    path = out / RESULTS_FILE
-    tmp = path.with_name(f".{path.name}.writing-{os.getpid()}")
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-    return path
+    return write_atomically(out / RESULTS_FILE, lambda path: table.to_parquet(path, index=False))
 
 
 def _parquet_column(column: Any) -> Any:
@@ -465,13 +462,6 @@ def _read_record(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None  # absent, or unreadable: run it (again)
     return record if isinstance(record, dict) and record.get("status") in ("ok", "failed") else None
-
-
-def _write_json(path: Path, data: object) -> None:
-    """Atomic: a half-written file never carries the final name."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=True), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _first_lines(text: str, n: int = 3) -> str:
