@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import queue as queue_module
 import socket
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +20,46 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def spawn_group(
+    target: Callable[..., None],
+    world: int,
+    args: tuple,
+    expected: int,
+    limit_s: float,
+    progress: Callable[[float, str], None] | None = None,
+) -> list[tuple]:
+    """Start ``world`` ranks of ``target(rank, world, port, *args, queue)`` and return the ``expected``
+    items they put on the queue. A rank that dies, or a group past ``limit_s``, fails the launch at once
+    rather than leaving the caller waiting; every process is reaped on the way out."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=target, args=(r, world, port, *args, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    items: list[tuple] = []
+    limit = time.monotonic() + limit_s
+    try:
+        while len(items) < expected:
+            try:
+                items.append(queue.get(timeout=1.0))
+                if progress is not None:
+                    progress(len(items) / expected, f"{len(items)}/{expected} reports")
+            except queue_module.Empty:
+                failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if failed or time.monotonic() > limit:
+                    codes = [p.exitcode for p in procs]
+                    raise RuntimeError(f"a PS job process failed or timed out: exit codes {codes}") from None
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    if any(p.exitcode != 0 for p in procs):
+        raise RuntimeError(f"a PS job process failed: exit codes {[p.exitcode for p in procs]}")
+    return items
 
 
 def _main(rank: int, world: int, port: int, jobs: list[Job], queue: Any) -> None:
@@ -45,23 +88,7 @@ def run_jobs(jobs: list[Job]) -> list[dict[int, tuple[Any, Any]]]:
     if any(j.servers != servers or j.workers != workers for j in jobs):
         raise ValueError("all jobs of one launch need the same numbers of servers and workers")
     world = servers + workers
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_main, args=(r, world, port, jobs, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
     out: list[dict[int, tuple[Any, Any]]] = [{} for _ in jobs]
-    expected = len(jobs) * world
-    try:
-        for _ in range(expected):
-            index, who, first, second = queue.get(timeout=120)
-            out[index][who] = (first, second)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"a PS job process failed: exit codes {[p.exitcode for p in procs]}")
+    for index, who, first, second in spawn_group(_main, world, (jobs,), len(jobs) * world, 120.0 * len(jobs)):
+        out[index][who] = (first, second)
     return out

@@ -218,40 +218,11 @@ def _main(rank: int, world: int, port: int, main, duration_s: float, queue: Any)
 
 
 def _launch(job, duration_s: float, progress) -> dict[int, tuple]:
-    import torch.multiprocessing as mp
-
-    from runtime.psld.launch import _free_port
+    from runtime.psld.launch import spawn_group
 
     world = job.servers + job.workers
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_main, args=(r, world, port, job, duration_s, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    out: dict[int, tuple] = {}
-    limit = time.monotonic() + 300 + 20 * duration_s
-    try:
-        while len(out) < world:
-            try:
-                rank, *rest = queue.get(timeout=1.0)
-                out[rank] = tuple(rest)
-                if progress is not None:
-                    progress(len(out) / world, f"{len(out)}/{world} ranks done")
-            except Exception:  # queue.Empty: check the processes are still alive
-                failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if failed or time.monotonic() > limit:
-                    raise RuntimeError(
-                        f"a real PSLD process failed or timed out: exit codes {[p.exitcode for p in procs]}"
-                    ) from None
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"a real PSLD process failed: exit codes {[p.exitcode for p in procs]}")
-    return out
+    items = spawn_group(_main, world, (job, duration_s), world, 300 + 20 * duration_s, progress)
+    return {rank: tuple(rest) for rank, *rest in items}
 
 
 # -- tables ---------------------------------------------------------------------------------------
