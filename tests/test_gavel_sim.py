@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from analysis.metrics import gavel_metrics
 from clustertwin.cli import main
+from scenarios.gavel_workload import load_table, trace_jobs
 from scenarios.load import load_scenario
 from sim import run_scenario
 
@@ -157,8 +158,9 @@ def test_simulation_invariants(
         overrides.append(f"policy.params={{aware: {str(aware).lower()}}}")
     path = scenario(tmp_path_factory.mktemp("s"))
     scen = load_scenario(path, overrides)
-    if multiple and max(counts.values()) < 8:
-        # Jobs of 8 GPUs would not fit: the run must refuse rather than start.
+    jobs, _ = trace_jobs(scen, load_table(scen))
+    if max(j.scale_factor for j in jobs) > max(counts.values()):
+        # A job larger than every GPU type would never fit: the run must refuse rather than start.
         with pytest.raises(Exception, match="GPUs"):
             run_scenario(scen)
         return
