@@ -9,35 +9,40 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from policies.pipedream.ops import Schedule
 from policies.pipedream.partition import Level, plan_partition
 from policies.pipedream.schedules import make_schedule
 from sim.pipedream.executor import simulate
-from sim.pipedream.model import Device, Network
+from sim.pipedream.model import ChunkCost, Device, Network
 from sim.pipedream.runner import chunk_costs
-from traces.pipedream_profile import BUNDLED_BATCH_SIZES, bundled_profile
+from traces.pipedream_profile import BUNDLED_BATCH_SIZES, ModelProfile, bundled_profile
 
 GB = 1e9
 
 
-def _best_of(fn: Callable[[], object], repeats: int = 3) -> float:
-    times = []
+def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
+    """The shortest wall time of ``repeats`` calls of ``fn`` (the least disturbed by other load)."""
+    return best_times(fn, repeats)[0]
+
+
+def best_times(fn: Callable[[], object], repeats: int = 3) -> tuple[float, float]:
+    """The shortest wall time and the shortest CPU time of this process over ``repeats`` calls of
+    ``fn``. On a loaded machine the wall time mostly measures the other jobs; the CPU time does not."""
+    walls, cpus = [], []
     for _ in range(repeats):
-        started = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - started)
-    return min(times)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return min(walls), min(cpus)
 
 
-def bench_pipedream(emit: Callable[[str, object], None] | None = None) -> dict[str, str]:
-    """Measure and return (and ``emit``, default: print) the figures."""
-    out: dict[str, str] = {}
-
-    def put(key: str, value: object) -> None:
-        out[key] = str(value)
-        (emit or (lambda k, v: print(f"{k}={v}", flush=True)))(key, value)
-
-    # 1. An 8-stage straight VGG-16 pipeline (microbatch 32), 64 microbatches of 1F1B, 2x4 devices with
-    #    PCIe-class links inside a server and 10 Gbps between servers.
+def vgg16_1f1b_inputs(
+    microbatches: int = 64,
+) -> tuple[Schedule, list[ChunkCost], list[Device], Network]:
+    """An 8-stage straight VGG-16 pipeline (microbatch 32) under 1F1B on 2x4 devices, PCIe-class links
+    inside a server and 10 Gbps between servers: the issue-7 speed target's simulation (also used by
+    ``clustertwin reproduce pipedream``)."""
     profile = bundled_profile("vgg16").scaled(32)
     plan = plan_partition(
         profile.compute_s(),
@@ -49,33 +54,59 @@ def bench_pipedream(emit: Callable[[str, object], None] | None = None) -> dict[s
     costs = chunk_costs(profile, plan.stages)
     devices = [Device(server=i // 4) for i in range(8)]
     network = Network(10 * GB, 10e-6, 1.25 * GB, 50e-6)
-    schedule = make_schedule("1f1b", (1,) * 8, 64)
+    return make_schedule("1f1b", (1,) * 8, microbatches), costs, devices, network
+
+
+def largest_profile() -> tuple[str, ModelProfile]:
+    """The shipped profile with the most layers (the planner speed target's input)."""
+    name = max(BUNDLED_BATCH_SIZES, key=lambda m: bundled_profile(m).num_layers)
+    return name, bundled_profile(name)
+
+
+def planner_args(profile: ModelProfile) -> tuple[list[float], list[float], list[float]]:
+    """``plan_partition``'s per-layer compute, parameter bytes and cut bytes of ``profile``."""
+    return (
+        list(profile.compute_s()),
+        [lay.parameter_bytes for lay in profile.layers],
+        list(profile.cut_bytes),
+    )
+
+
+HIERARCHY_2X8 = [Level(8, 30 * GB), Level(2, 3.125 * GB)]  # Cluster-B: 2 servers x 8 (NVLink, 25 Gbps)
+FLAT_16 = [Level(16, 1.25 * GB)]  # 16 workers on 10 Gbps (seed 004's flat DP)
+
+
+def bench_pipedream(emit: Callable[[str, object], None] | None = None) -> dict[str, str]:
+    """Measure and return (and ``emit``, default: print) the figures."""
+    out: dict[str, str] = {}
+
+    def put(key: str, value: object) -> None:
+        out[key] = str(value)
+        (emit or (lambda k, v: print(f"{k}={v}", flush=True)))(key, value)
+
+    # 1. The 8-stage, 64-microbatch 1F1B simulation (vgg16_1f1b_inputs).
+    schedule, costs, devices, network = vgg16_1f1b_inputs(64)
     put("sim_1f1b_8x64_ops", sum(len(w.ops) for w in schedule.workers))
-    put("sim_1f1b_8x64_s", f"{_best_of(lambda: simulate(schedule, costs, devices, network)):.4f}")
-    put("schedule_gen_1f1b_8x64_s", f"{_best_of(lambda: make_schedule('1f1b', (1,) * 8, 64)):.4f}")
+    put("sim_1f1b_8x64_s", f"{best_of(lambda: simulate(schedule, costs, devices, network)):.4f}")
+    put("schedule_gen_1f1b_8x64_s", f"{best_of(lambda: make_schedule('1f1b', (1,) * 8, 64)):.4f}")
     big = make_schedule("1f1b", (1,) * 8, 1024)
-    put("sim_1f1b_8x1024_s", f"{_best_of(lambda: simulate(big, costs, devices, network), 1):.4f}")
+    put("sim_1f1b_8x1024_s", f"{best_of(lambda: simulate(big, costs, devices, network), 1):.4f}")
 
     # 2. The planner on the largest shipped profile (most layers), hierarchical 2x8 and flat 16.
-    largest = max(BUNDLED_BATCH_SIZES, key=lambda m: bundled_profile(m).num_layers)
-    full = bundled_profile(largest)
+    largest, full = largest_profile()
     put("planner_profile", f"{largest} ({full.num_layers} layers)")
     for blocks in (64, 128):
-        coarse = full.coarsened(blocks)
-        args = (coarse.compute_s(), [lay.parameter_bytes for lay in coarse.layers], list(coarse.cut_bytes))
-        hier = [Level(8, 30 * GB), Level(2, 3.125 * GB)]
+        args = planner_args(full.coarsened(blocks))
         put(
             f"planner_{largest}_{blocks}blocks_2x8_s",
-            f"{_best_of(lambda a=args, lv=hier: plan_partition(*a, lv), 1):.3f}",
+            f"{best_of(lambda a=args: plan_partition(*a, HIERARCHY_2X8), 1):.3f}",
         )
-        flat = [Level(16, 1.25 * GB)]
         put(
             f"planner_{largest}_{blocks}blocks_flat16_s",
-            f"{_best_of(lambda a=args, lv=flat: plan_partition(*a, lv), 1):.3f}",
+            f"{best_of(lambda a=args: plan_partition(*a, FLAT_16), 1):.3f}",
         )
-    args = (full.compute_s(), [lay.parameter_bytes for lay in full.layers], list(full.cut_bytes))
-    hier = [Level(8, 30 * GB), Level(2, 3.125 * GB)]
-    put(f"planner_{largest}_full_2x8_s", f"{_best_of(lambda: plan_partition(*args, hier), 1):.3f}")
+    args = planner_args(full)
+    put(f"planner_{largest}_full_2x8_s", f"{best_of(lambda: plan_partition(*args, HIERARCHY_2X8), 1):.3f}")
     return out
 
 

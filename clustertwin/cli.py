@@ -289,6 +289,10 @@ def _reproduce(args: argparse.Namespace) -> int:
         from clustertwin import reproduce_psld
 
         return reproduce_psld.reproduce(args.quick, out, args.workers)
+    if args.name == "pipedream":
+        from clustertwin import reproduce_pipedream
+
+        return reproduce_pipedream.reproduce(args.quick, out)
     from clustertwin.reproduce import reproduce
 
     return reproduce(args.name, args.quick, out=out, workers=args.workers)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from analysis.atomic import write_json
@@ -86,7 +87,13 @@ def run_claims(
                     record = {**done[spec.key], "spec": [spec.scenario, *spec.overrides]}
                     write_json(cache / f"{spec.key}.json", record)
                     progress(len(done) / len(specs), f"{len(done)}/{len(specs)} runs")
-    rows = make_rows(done)
+    return save_and_print(name, quick, out, seeds, make_rows(done))
+
+
+def save_and_print(name: str, quick: bool, out: Path, seeds: list[int], rows: list[Row]) -> int:
+    """Save ``rows`` atomically as ``<out>/claims.json``, print the table; return 0 when every checked
+    claim holds, else 1. Claim sets that run no scenarios (``reproduce_pipedream``) call this directly."""
+    out.mkdir(parents=True, exist_ok=True)
     claims = [
         {"id": r.id, "claim": r.claim, "source": r.source, "paper": r.paper, "ours": r.ours,
          "accept": list(r.accept) if r.accept else None, "ok": r.ok}
@@ -110,5 +117,8 @@ def print_rows(rows: Iterable[Row], title: str) -> None:
             upper = "" if hi == float("inf") else f", {r.fmt.format(hi)}]"
             tolerance = f">= {r.fmt.format(lo)}" if not upper else f"[{r.fmt.format(lo)}{upper}"
         ok = "-" if r.ok is None else ("yes" if r.ok else "NO")
-        table.add_row(f"{r.id}: {r.claim} [{r.source}]", r.paper, r.fmt.format(r.ours), tolerance, ok)
+        # escape: a source such as "[seed 004 §5]" or "[derived]" would otherwise be read as rich markup
+        # and vanish from the printed table
+        claim = escape(f"{r.id}: {r.claim} [{r.source}]")
+        table.add_row(claim, escape(r.paper), r.fmt.format(r.ours), tolerance, ok)
     Console(width=max(Console().width, 160), file=sys.stdout).print(table)

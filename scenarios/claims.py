@@ -62,7 +62,7 @@ class ClaimSet(BaseModel):
 
 
 # Claim sets whose claims are not ratios of two runs live in code (clustertwin/reproduce_<name>.py).
-CODED_CLAIM_SETS = ("flexrr", "proteus", "psld")
+CODED_CLAIM_SETS = ("flexrr", "pipedream", "proteus", "psld")
 
 
 def available_claim_sets() -> list[str]:

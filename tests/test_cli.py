@@ -193,3 +193,14 @@ def test_progress_bar_draws_only_on_a_terminal() -> None:
     with progress_bar("work", quiet=True, console=Console(file=quiet, force_terminal=True)) as progress:
         progress(1.0, "done")
     assert quiet.getvalue() == ""
+
+
+def test_a_pipeline_that_does_not_fit_exits_2_naming_device_and_bytes(tmp_path: Path, capsys) -> None:
+    # The bundled pipeline with 2BW's two weight versions and no recomputation needs > 16 GiB on stage 1.
+    out = tmp_path / "run"
+    status = main(["run", "scenarios/pipedream-default.yaml", "--set", "schedule=2bw", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "scenarios/pipedream-default.yaml" in err and "out of memory" in err
+    assert "GiB" in err and "chunk" in err
+    assert not out.exists()

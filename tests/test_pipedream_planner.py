@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.pipedream.partition import Level, StagePlan, pipeline_time, plan_partition
+from policies.pipedream.brute_force import brute_force
+from policies.pipedream.partition import Level, pipeline_time, plan_partition
 from traces.pipedream_profile import bundled_profile
-
-
-def compositions(total: int, parts: int):
-    """Ordered ways to write ``total`` as ``parts`` positive integers."""
-    for cuts in itertools.combinations(range(1, total), parts - 1):
-        bounds = (0, *cuts, total)
-        yield [bounds[i + 1] - bounds[i] for i in range(parts)]
-
-
-def brute_force(compute, params, cuts, devices, bandwidth, convention, straight=False):
-    n = len(compute)
-    best = float("inf")
-    for stages in range(1, min(n, devices) + 1):
-        for sizes in compositions(n, stages):
-            for reps in compositions(devices, stages):
-                if straight and any(r != 1 for r in reps):
-                    continue
-                plan, first = [], 0
-                for size, r in zip(sizes, reps, strict=True):
-                    plan.append(StagePlan(first, first + size - 1, r))
-                    first += size
-                best = min(best, pipeline_time(plan, compute, params, cuts, bandwidth, convention))
-    return best
 
 
 @settings(max_examples=60, deadline=None)

@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from scenarios.errors import InputError
 from scenarios.pipedream_schema import PipeDreamScenario
 from scenarios.results import RunResult
 
 
 def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
-    """Simulate a ``kind: pipedream`` scenario (see ``sim.pipedream.runner``)."""
+    """Simulate a ``kind: pipedream`` scenario (see ``sim.pipedream.runner``).
+
+    A schedule that does not fit its devices is the scenario's fault, not a crash: the out-of-memory
+    prediction (which names the device, stage, op and bytes) becomes an :class:`InputError` on the file.
+    """
+    from sim.pipedream.memory import PipelineOutOfMemory
     from sim.pipedream.runner import run as _run
 
-    return _run(scenario, progress)
+    try:
+        return _run(scenario, progress)
+    except PipelineOutOfMemory as err:
+        raise InputError(scenario.source, f"the schedule does not fit in device memory: {err}") from None
