@@ -1,6 +1,6 @@
 """``clustertwin bench NAME``: speed figures printed as ``key=value`` lines (not timed tests).
 
-``pipedream``: see ``clustertwin/bench_pipedream.py``.
+``pipedream``: see ``clustertwin/bench_pipedream.py``. ``flexrr``: see ``clustertwin/bench_flexrr.py``.
 
 ``gavel``: the wall time of one full continuous-single point (heterogeneity-aware LAS, 36:36:36 GPUs,
 λ = 5 jobs/h, steady-state window jobs 4000–5000) and the allocation solve time of LAS, FTF and makespan at
@@ -41,8 +41,13 @@ def bench(name: str) -> int:
 
         bench_pipedream(emit=_emit)
         return 0
+    if name == "flexrr":
+        from clustertwin.bench_flexrr import bench_flexrr
+
+        bench_flexrr(emit=_emit)
+        return 0
     if name != "gavel":
-        print(f"error: unknown benchmark {name!r}; known: gavel, pipedream", file=sys.stderr)
+        print(f"error: unknown benchmark {name!r}; known: flexrr, gavel, pipedream", file=sys.stderr)
         return 2
     _emit("sim_full_point", "LAS aware, 36:36:36, 5 jobs/h, window jobs 4000-5000")
     scenario = load_scenario(None, FULL_POINT)

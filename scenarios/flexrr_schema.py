@@ -72,6 +72,41 @@ class Stragglers(_Strict):
     # which half of the machines is heavy (the paper does not say): machines 0..M/2-1, or the even ones
     heavy_machines: Literal["first_half", "alternate"] = "first_half"
     trace_jobs: list[Literal[1, 2, 3, 4]] = Field(default_factory=lambda: [1, 2, 3, 4])
+    # the workers the model slows (None: every worker); the others run at nominal speed. E.g. one
+    # persistently slow worker: ``{model: slow_worker, workers: [0], probability: 1.0}``
+    workers: list[NonNegativeInt] | None = None
+
+
+class FlexRRRuntime(_Strict):
+    """How the real runtime (``runtime/flexrr``) trains; the simulator ignores this block.
+
+    * ``device``: ``cpu`` (gloo processes, the default and what CI runs) or ``cuda``: worker ``w`` trains
+      on ``cuda:<w mod gpus>`` (``gpus``: how many of the visible GPUs to use; None: all). The control
+      plane (mailbox, parameter table, SSP gate) stays on the job's TCPStore either way.
+    * ``pacing``: ``profile``: a chunk of items takes exactly what the straggler profile says (the real
+      compute is hidden inside it; a sleep fills the rest). ``compute``: a chunk takes its real compute,
+      and the profile's *excess* over nominal speed is slept on top (§3.4.1's "sleep d x t per part"), so
+      ``iteration_s`` (per worker: ``iteration_s_per_worker``) must be the measured undelayed processing
+      time (``experiments/flexrr_gpu.py`` calibrates it from a profiling run).
+    * the MLR problem (``runtime/flexrr/model.py``): ``features`` x ``classes`` weights; an item is a
+      mini-batch of ``batch`` examples drawn cyclically from a pool of ``pool`` examples (None: one
+      distinct example per item-batch, i.e. ``items x batch``).
+    """
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    gpus: PositiveInt | None = None
+    dtype: Literal["float64", "float32"] = "float64"
+    pacing: Literal["profile", "compute"] = "profile"
+    features: PositiveInt = 16
+    classes: PositiveInt = Field(4, ge=2)
+    batch: PositiveInt = 1
+    pool: PositiveInt | None = None
+    lr: PositiveFloat = 0.5
+    # how often an idle worker (at the gate, or waiting for help) polls its mailbox and the gate
+    poll_s: PositiveFloat = 0.002
+    # mailbox round trips each adjacent pair of workers times before training (0: none); the profiling
+    # step of experiments/flexrr_gpu.py uses them to calibrate ``latency_s``
+    probe_round_trips: NonNegativeInt = 0
 
 
 class FlexRRScenario(ScenarioBase):
@@ -84,12 +119,15 @@ class FlexRRScenario(ScenarioBase):
     iterations: PositiveInt = 20  # §3.4.3: "Each experiment ran for 20 iterations"
     items_per_worker: PositiveInt = 1000
     iteration_s: PositiveFloat = 6.0  # undelayed iteration time; §3.4.1's example is 6 s
+    # per-worker undelayed iteration time (e.g. measured by a profiling run); None: iteration_s for all
+    iteration_s_per_worker: list[PositiveFloat] | None = None
     latency_s: NonNegativeFloat = 0.001  # one-way control message latency
     latency_jitter_s: NonNegativeFloat = 0.0  # plus an exponential delay of this mean
     ps_sync_s: NonNegativeFloat = 0.0  # extra delay before the SSP gate opens after an iteration
     rr: RapidReassignment = RapidReassignment()
     stragglers: Stragglers = Stragglers()
     record_messages: bool = True
+    runtime: FlexRRRuntime = FlexRRRuntime()
 
     @model_validator(mode="after")
     def _consistent(self) -> FlexRRScenario:
@@ -100,7 +138,21 @@ class FlexRRScenario(ScenarioBase):
             )
         if self.stragglers.model == "uneven" and self.cluster.machines % 2:
             raise ValueError("stragglers.model=uneven needs an even number of machines")
+        n = self.cluster.workers
+        if self.iteration_s_per_worker is not None and len(self.iteration_s_per_worker) != n:
+            raise ValueError(
+                f"iteration_s_per_worker has {len(self.iteration_s_per_worker)} entries, expected one per"
+                f" worker ({n})"
+            )
+        bad = [w for w in self.stragglers.workers or [] if w >= n]
+        if bad:
+            raise ValueError(f"stragglers.workers {bad} out of range: there are {n} workers (0..{n - 1})")
         return self
+
+    def worker_iteration_s(self, worker: int) -> float:
+        """Undelayed iteration time of ``worker``."""
+        per = self.iteration_s_per_worker
+        return self.iteration_s if per is None else per[worker]
 
     @property
     def straggler_probability(self) -> float:

@@ -53,48 +53,67 @@ def items_per_worker(scenario: FlexRRScenario) -> list[int]:
 
 
 def profiles(scenario: FlexRRScenario) -> list[st.SpeedProfile]:
-    """One speed profile per worker (the workers of a disrupted machine share one)."""
-    c, s, t = scenario.cluster, scenario.stragglers, scenario.iteration_s
+    """One speed profile per worker (the workers of a disrupted machine share one).
+
+    Worker ``w``'s undelayed iteration time is ``scenario.worker_iteration_s(w)``; workers outside
+    ``stragglers.workers`` (when given) run at that nominal speed."""
+    c, s = scenario.cluster, scenario.stragglers
+    times = [scenario.worker_iteration_s(w) for w in range(c.workers)]
+    slowed = set(range(c.workers)) if s.workers is None else set(s.workers)
 
     def rng(*key: int) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence([scenario.seed, STRAGGLER_STREAM, *key]))
 
-    if s.model in ("none", "uneven") or (s.model in ("slow_worker", "disrupted_machine") and s.delay == 0):
-        return [st.nominal(t) for _ in range(c.workers)]
-    if s.model == "slow_worker":
-        return [
-            st.slow_worker(
-                rng(w),
-                t,
-                s.delay,
-                probability=scenario.straggler_probability,
-                points_per_iteration=s.points_per_iteration,
-                max_duration=s.max_duration,
-            )
-            for w in range(c.workers)
-        ]
-    if s.model == "power_law":
-        return [st.power_law(rng(w), t, s.alpha) for w in range(c.workers)]
-    if s.model == "disrupted_machine":
-        per_machine = [
-            st.disrupted_machine(
-                rng(m), t, s.delay, period_s=s.period_s, probability=scenario.straggler_probability
-            )
-            for m in range(c.machines)
-        ]
-        return [per_machine[machine_of(w, c.machines)] for w in range(c.workers)]
-    if s.model == "trace":
-        from traces.alibaba_minibatch import job_factors
+    def build() -> list[st.SpeedProfile]:
+        if s.model in ("none", "uneven") or (
+            s.model in ("slow_worker", "disrupted_machine") and s.delay == 0
+        ):
+            return [st.nominal(t) for t in times]
+        if s.model == "slow_worker":
+            return [
+                st.slow_worker(
+                    rng(w),
+                    times[w],
+                    s.delay,
+                    probability=scenario.straggler_probability,
+                    points_per_iteration=s.points_per_iteration,
+                    max_duration=s.max_duration,
+                )
+                for w in range(c.workers)
+            ]
+        if s.model == "power_law":
+            return [st.power_law(rng(w), times[w], s.alpha) for w in range(c.workers)]
+        if s.model == "disrupted_machine":
+            # one disruptor per machine; its workers share the profile (so they share one iteration time:
+            # that of the machine's first worker)
+            per_machine = [
+                st.disrupted_machine(
+                    rng(m),
+                    times[m],
+                    s.delay,
+                    period_s=s.period_s,
+                    probability=scenario.straggler_probability,
+                )
+                for m in range(c.machines)
+            ]
+            return [per_machine[machine_of(w, c.machines)] for w in range(c.workers)]
+        if s.model == "trace":
+            from traces.alibaba_minibatch import job_factors
 
-        series = [f for job in s.trace_jobs for f in job_factors(job)]
-        offsets = rng(0).integers(0, 10**6, c.workers)
-        # worker w replays trace worker w mod len(series) from a random start, so co-replaying workers
-        # are not in lockstep
-        return [
-            st.trace_driven(t, series[w % len(series)], int(offsets[w]) % len(series[w % len(series)]))
-            for w in range(c.workers)
-        ]
-    raise ValueError(f"unknown straggler model {s.model!r}")  # pragma: no cover - schema forbids it
+            series = [f for job in s.trace_jobs for f in job_factors(job)]
+            offsets = rng(0).integers(0, 10**6, c.workers)
+            # worker w replays trace worker w mod len(series) from a random start, so co-replaying
+            # workers are not in lockstep
+            return [
+                st.trace_driven(
+                    times[w], series[w % len(series)], int(offsets[w]) % len(series[w % len(series)])
+                )
+                for w in range(c.workers)
+            ]
+        raise ValueError(f"unknown straggler model {s.model!r}")  # pragma: no cover - schema forbids it
+
+    built = build()
+    return [p if w in slowed else st.nominal(times[w]) for w, p in enumerate(built)]
 
 
 def machines(scenario: FlexRRScenario, items: list[int]) -> list[RRWorker]:

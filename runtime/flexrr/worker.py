@@ -1,15 +1,27 @@
 """One FlexRR worker process: real MLR training under BSP/SSP with RapidReassignment (seed 000, ch. 3).
 
 The decisions are ``policies.flexrr.worker.RRWorker``'s; this executor processes items in chunks of one
-message-check interval (§3.3.2), checks its mailbox between chunks, sleeps to inject the scenario's
-straggler profile (the same ``SpeedProfile`` objects the simulator uses: after computing a chunk it
-sleeps until ``profile.elapsed`` has passed, like the paper's sleeps between items), and carries out
-commits and iteration completions on a store-backed parameter table:
+message-check interval (§3.3.2), checks its mailbox between chunks, injects the scenario's straggler
+profile by sleeping (the same ``SpeedProfile`` objects the simulator uses, like the paper's sleeps
+between items, §3.4.1), and carries out commits and iteration completions on a store-backed parameter
+table (key prefix ``flexrr/<run>/``):
 
-* ``flexrr/upd/{k}/{owner}/{start}``: the update of one committed range of ``owner``'s iteration ``k``;
-* ``flexrr/done/{k}/{owner}``: the starts of all of ``owner``'s committed ranges of iteration ``k``,
-  written when its iteration is complete (own items and all reassigned ones, §3.3.3);
-* ``flexrr/iterdone/{k}``: how many workers completed iteration ``k`` (the SSP gate).
+* ``upd/{k}/{owner}/{start}``: the update of one committed range of ``owner``'s iteration ``k``;
+* ``done/{k}/{owner}``: the starts of all of ``owner``'s committed ranges of iteration ``k``, written when
+  its iteration is complete (own items and all reassigned ones, §3.3.3);
+* ``iterdone/{k}``: how many workers completed iteration ``k`` (the SSP gate).
+
+Straggler pacing (``runtime.pacing``): ``profile`` makes each chunk last exactly what the profile says
+(real compute hidden inside; CPU CI runs), ``compute`` lets the chunk take its real compute and sleeps the
+profile's excess over nominal speed on top (GPU runs, where the compute is what is measured).
+
+On ``runtime.device: cuda`` worker ``w`` trains on ``cuda:<w mod gpus>``; the model, data and update
+buffers live there, and a chunk's time is taken after ``torch.cuda.synchronize`` so it is the real
+compute. Updates cross the store as CPU tensors. The process group (gloo) only serves barriers: no
+tensor collective is needed, since updates go through the parameter table.
+
+One process can run several scenarios in a row (``runtime.flexrr.launch.run_real_many``): a GPU
+experiment then pays process start, CUDA initialisation and data generation once.
 """
 
 from __future__ import annotations
@@ -25,59 +37,157 @@ import torch
 import torch.distributed as dist
 
 from policies.flexrr.consistency import gating_iteration
-from policies.flexrr.messages import Commit, IterationDone, Wasted
+from policies.flexrr.messages import Commit, IterationDone, Message, Wasted
 from policies.flexrr.worker import Phase
 from runtime.flexrr.mailbox import StoreMailbox
-from runtime.flexrr.model import MLRProblem, delta
-from scenarios.flexrr_schema import FlexRRScenario
-
-POLL_S = 0.002
+from runtime.flexrr.model import MLRProblem, delta_items, problem_for
+from scenarios.flexrr_schema import FlexRRRuntime, FlexRRScenario
 
 
-def worker_main(rank: int, world: int, scenario_json: str, out_dir: str, port: int) -> None:
-    """Entry point of one worker process (spawned by ``runtime.flexrr.launch``)."""
+def pick_device(rt: FlexRRRuntime, rank: int) -> torch.device:
+    """``cpu``, or ``cuda:<rank mod gpus>`` (all workers of a launch run on this host, so the rank is the
+    local index)."""
+    if rt.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("runtime.device=cuda, but torch sees no CUDA device")
+    visible = torch.cuda.device_count()
+    gpus = rt.gpus or visible
+    if gpus > visible:
+        raise RuntimeError(f"runtime.gpus={gpus}, but only {visible} CUDA devices are visible")
+    device = torch.device(f"cuda:{rank % gpus}")
+    torch.cuda.set_device(device)
+    return device
+
+
+def worker_main(rank: int, world: int, scenarios_json: list[str], out_dir: str, port: int) -> None:
+    """Entry point of one worker process (spawned by ``runtime.flexrr.launch``): run each scenario in
+    turn, writing ``out_dir/run{i}/rank{rank}.json``."""
+    torch.set_num_threads(1)  # one worker per core (§3.2); CPU processes must not fight over threads
+    scenarios = [FlexRRScenario.model_validate_json(j) for j in scenarios_json]
+    device = pick_device(scenarios[0].runtime, rank)
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=300))
+    dist.init_process_group("gloo", store=dist.PrefixStore("pg", store), rank=rank, world_size=world)
+    data: dict[MLRProblem, tuple[torch.Tensor, torch.Tensor]] = {}
+    for i, scenario in enumerate(scenarios):
+        out = _run_one(f"flexrr/{i}", rank, world, scenario, store, device, data)
+        path = Path(out_dir) / f"run{i}" / f"rank{rank}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(out))
+        os.replace(tmp, path)
+    dist.destroy_process_group()
+
+
+def _message_row(msg: Message, sent_s: float, arrived_s: float) -> list:
+    """A ``messages`` row (``scenarios.flexrr_results``), as the simulator writes it."""
+    return [
+        type(msg).__name__,
+        msg.src,
+        msg.dst,
+        sent_s,
+        arrived_s,
+        getattr(msg, "iteration", -1),
+        getattr(msg, "start", -1),
+        getattr(msg, "end", -1),
+    ]
+
+
+def _probe(store: dist.Store, rank: int, world: int, ns: str, rounds: int, poll_s: float) -> list[float]:
+    """Mailbox round trips between workers 2j and 2j+1 (all pairs at once, as in training). The waiting
+    side polls like an idle worker does (poll, then sleep ``poll_s``), so RTT / 2 is the one-way time from
+    a send until an idle receiver has the message: what the simulator's ``latency_s`` stands for."""
+    box = StoreMailbox(store, rank, f"{ns}/probe")
+    partner = rank ^ 1
+    rtts: list[float] = []
+    if partner >= world:
+        return rtts
+
+    def wait() -> None:
+        while not box.poll():
+            time.sleep(poll_s)
+
+    for i in range(rounds):
+        if rank % 2 == 0:
+            t = time.perf_counter()
+            box.send(partner, i)
+            wait()
+            rtts.append(time.perf_counter() - t)
+        else:
+            wait()
+            box.send(partner, i)
+    return rtts
+
+
+def _run_one(
+    ns: str,
+    rank: int,
+    world: int,
+    scenario: FlexRRScenario,
+    store: dist.Store,
+    device: torch.device,
+    data: dict[MLRProblem, tuple[torch.Tensor, torch.Tensor]],
+) -> dict:
     # the sim's builders give every process the same groups, ranges and straggler realisation
     from scenarios.flexrr_setup import items_per_worker, machines, profiles
 
-    torch.set_num_threads(1)
-    scenario = FlexRRScenario.model_validate_json(scenario_json)
-    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=120))
-    dist.init_process_group("gloo", store=dist.PrefixStore("pg", store), rank=rank, world_size=world)
+    rt = scenario.runtime
     items = items_per_worker(scenario)
     machine = machines(scenario, items)[rank]
     profile = profiles(scenario)[rank]
-    problem = MLRProblem(items=sum(items), seed=scenario.seed)
-    x, y = problem.data()
-    w0 = problem.initial()
+    problem = problem_for(scenario, sum(items))
+    if problem not in data:
+        data.clear()  # one data set at a time on the device
+        data[problem] = problem.data(device)
+    x, y = data[problem]
+    w0 = problem.initial(device)
     slack = scenario.effective_slack
     nominal = scenario.items_per_worker
     check_every = max(1, round(machine.n / scenario.rr.message_checks))
-    mailbox = StoreMailbox(store, rank)
-    updates: list[torch.Tensor] = []  # U_0, U_1, ... loaded so far (complete iterations only)
+    mailbox = StoreMailbox(store, rank, f"{ns}/mbox")
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)  # kernels are asynchronous: time the real compute
+
+    # warm-up outside the timed run: cuBLAS handles and kernel selection cost far more on the first call
+    delta_items(problem, x, y, w0, machine.lo, min(machine.hi, machine.lo + check_every))
+    sync()
+
+    # cum[k] = U_0 + ... + U_{k-1} over complete iterations; W_t = W_0 + cum[t - slack]
+    cum: list[torch.Tensor] = [torch.zeros_like(w0)]
+    models: dict[int, torch.Tensor] = {}
     buffers: dict[tuple[int, int, int], torch.Tensor] = {}
+    published: list[str] = []
     log_iterations: list[list] = []
     log_commits: list[list] = []
+    log_messages: list[list] = []
     wasted = 0
+    compute_s = 0.0
 
     def load_through(k: int) -> None:
-        while len(updates) <= k:
-            j = len(updates)
+        while len(cum) <= k + 1:
+            j = len(cum) - 1
             total = torch.zeros_like(w0)
             for owner in range(world):
-                for start in pickle.loads(store.get(f"flexrr/done/{j}/{owner}")):
-                    total += pickle.loads(store.get(f"flexrr/upd/{j}/{owner}/{start}"))
-            updates.append(total)
+                for start in pickle.loads(store.get(f"{ns}/done/{j}/{owner}")):
+                    total += pickle.loads(store.get(f"{ns}/upd/{j}/{owner}/{start}")).to(device)
+            cum.append(cum[-1] + total)
 
     def model_for(iteration: int) -> torch.Tensor:
-        need = iteration - slack  # W_t = W_0 + sum of U_k, k <= t - slack - 1
-        load_through(need - 1)
-        return w0 + sum(updates[: max(0, need)], torch.zeros_like(w0))
+        need = max(0, iteration - slack)  # W_t = W_0 + sum of U_k, k <= t - slack - 1
+        if need not in models:
+            load_through(need - 1)
+            models[need] = w0 + cum[need]
+        return models[need]
 
+    rtts = _probe(store, rank, world, ns, rt.probe_round_trips, rt.poll_s) if rt.probe_round_trips else []
     dist.barrier()  # §3.3.2: the runtime timers start after a joint barrier
     # one epoch for all processes (rank 0's wall clock; they share a host), so event times are comparable
     if rank == 0:
-        store.set("flexrr/t0", repr(time.time()))
-    t_start = float(store.get("flexrr/t0").decode())
+        store.set(f"{ns}/t0", repr(time.time()))
+    t_start = float(store.get(f"{ns}/t0").decode())
 
     def now() -> float:
         return time.time() - t_start
@@ -87,60 +197,77 @@ def worker_main(rank: int, world: int, scenario_json: str, out_dir: str, port: i
         for a in actions:
             if isinstance(a, Commit):
                 buf = buffers.pop((a.owner, a.iteration, a.start))
-                store.set(f"flexrr/upd/{a.iteration}/{a.owner}/{a.start}", pickle.dumps(buf))
+                key = f"{ns}/upd/{a.iteration}/{a.owner}/{a.start}"
+                store.set(key, pickle.dumps(buf.cpu()))
+                published.append(key)
                 log_commits.append([a.owner, a.iteration, a.start, a.end, a.by, a.kind, now()])
             elif isinstance(a, IterationDone):
                 starts = sorted([machine.lo] + [o.start for o in machine.out.values()])
-                store.set(f"flexrr/done/{a.iteration}/{rank}", pickle.dumps(starts))
-                store.add(f"flexrr/iterdone/{a.iteration}", 1)
+                store.set(f"{ns}/done/{a.iteration}/{rank}", pickle.dumps(starts))
+                store.add(f"{ns}/iterdone/{a.iteration}", 1)
                 log_iterations.append([a.worker, a.iteration, a.started_at, a.own_done_at, a.done_at])
                 if a.iteration + 1 == scenario.iterations:
-                    store.add("flexrr/finished", 1)
+                    store.add(f"{ns}/finished", 1)
             elif isinstance(a, Wasted):
                 wasted += a.items
             else:
-                mailbox.send(a.dst, a)
+                mailbox.send(a.dst, a, now())
 
     odo = 0  # items processed by this process, of any kind (the straggler profile's work clock)
+    owed = 0.0  # compute pacing: injected sleep still owed (a sleep that overshot is paid back)
     while True:
-        for msg in mailbox.poll():
-            dispatch(machine.receive(now(), msg))
+        for sent_s, msg in mailbox.poll():
+            t = now()
+            log_messages.append(_message_row(msg, sent_s, t))
+            dispatch(machine.receive(t, msg))
         task = machine.task()
         if task is not None:
             k = min(machine.items_until_stop(), check_every - odo % check_every)
             t0 = now()
             w = model_for(task.iteration)
             key = (task.owner, task.iteration, task.origin)
-            part = delta(problem, x[task.start : task.start + k], y[task.start : task.start + k], w)
+            part = delta_items(problem, x, y, w, task.start, task.start + k)
             buffers[key] = buffers[key] + part if key in buffers else part
+            sync()
+            spent = now() - t0
+            compute_s += spent
             target = profile.elapsed(t0, odo / nominal, k / nominal)
-            spare = target - (now() - t0)
-            if spare > 0:
-                time.sleep(spare)
+            if rt.pacing == "profile":
+                if target - spent > 0:
+                    time.sleep(target - spent)
+            else:
+                owed += target - profile.iteration_s * k / nominal  # the slowdown's extra time only
+                if owed > 0:
+                    s0 = now()
+                    time.sleep(owed)
+                    owed -= now() - s0
             odo += k
             dispatch(machine.advance(now(), k))
             continue
         if machine.ready_for_iteration():
             need = gating_iteration(machine.iteration, slack)
-            if need == 0 or store.add(f"flexrr/iterdone/{need - 1}", 0) == world:
+            if need == 0 or store.add(f"{ns}/iterdone/{need - 1}", 0) == world:
                 dispatch(machine.start_iteration(now()))
                 continue
-        if machine.phase is Phase.FINISHED and store.add("flexrr/finished", 0) == world:
+        if machine.phase is Phase.FINISHED and store.add(f"{ns}/finished", 0) == world:
             break
-        time.sleep(POLL_S)
+        time.sleep(rt.poll_s)
 
+    makespan = now()
     final = model_for(scenario.iterations + slack)  # every U_k, k < iterations
     dist.barrier()
-    out = {
+    for key in published:  # every worker has loaded them: free the store's memory for the next run
+        store.delete_key(key)
+    return {
         "rank": rank,
+        "device": str(device),
         "iterations": log_iterations,
         "commits": log_commits,
+        "messages": log_messages,
         "wasted": wasted,
-        "final": final.tolist() if rank == 0 else None,
-        "makespan_s": now(),
+        "final": final.cpu().tolist() if rank == 0 else None,
+        "makespan_s": makespan,
+        "compute_s": compute_s,
+        "items_processed": odo,
+        "probe_rtt_s": rtts,
     }
-    path = Path(out_dir) / f"rank{rank}.json"
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(out))
-    os.replace(tmp, path)
-    dist.destroy_process_group()

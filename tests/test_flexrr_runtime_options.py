@@ -1,0 +1,82 @@
+"""The scenario fields a calibrated or GPU FlexRR run uses, without starting processes: per-worker
+iteration times, stragglers restricted to some workers, the ``runtime:`` block, and the MLR problem's
+mini-batch items over a cyclic pool (``runtime/flexrr/model.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime.flexrr.model import MLRProblem, delta, delta_items, problem_for, reference
+from scenarios.errors import InputError
+from scenarios.flexrr_setup import profiles
+from scenarios.load import load_scenario
+from sim.flexrr import run
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["cluster.machines=2", "cluster.workers_per_machine=2", "iterations=4", "items_per_worker=100",
+         "rr.message_checks=10", "iteration_s=1.0"]  # fmt: skip
+
+
+def test_per_worker_iteration_times_and_one_slow_worker():
+    s = load_scenario(
+        ROOT / "scenarios" / "flexrr-default.yaml",
+        [*SMALL, "iteration_s_per_worker=[1.0,1.5,2.0,0.5]", "stragglers.delay=1.0",
+         "stragglers.probability=1.0", "stragglers.workers=[0]", "mode=bsp"],
+    )  # fmt: skip
+    profs = profiles(s)
+    assert [p.iteration_s for p in profs] == [1.0, 1.5, 2.0, 0.5]
+    # worker 0 is slowed (1 + delay)x from its first delay point on; the others run at their own speed
+    assert profs[0].elapsed(0.0, 0.0, 1.0) > 1.9
+    assert [p.elapsed(0.0, 0.0, 1.0) for p in profs[1:]] == pytest.approx([1.5, 2.0, 0.5])
+    m = run(s).info
+    # BSP: every iteration waits for the slowest of (worker 0 slowed ~2x 1.0 s, worker 2 at 2.0 s)
+    assert m["makespan_s"] >= 4 * 2.0
+
+
+def test_calibration_fields_are_checked():
+    base = ROOT / "scenarios" / "flexrr-default.yaml"
+    with pytest.raises(InputError, match="iteration_s_per_worker"):
+        load_scenario(base, [*SMALL, "iteration_s_per_worker=[1.0,1.0]"])
+    with pytest.raises(InputError, match="stragglers.workers"):
+        load_scenario(base, [*SMALL, "stragglers.workers=[4]"])
+    with pytest.raises(InputError):
+        load_scenario(base, [*SMALL, "runtime.device=tpu"])
+    s = load_scenario(base, SMALL)
+    assert s.runtime.device == "cpu" and s.runtime.pacing == "profile"  # CPU behaviour by default
+
+
+def test_items_as_minibatches_over_a_cyclic_pool():
+    p = MLRProblem(items=10, features=5, classes=3, batch=4, pool=7)
+    assert p.pieces(0, 1) == [(0, 4)]
+    assert p.pieces(1, 3) == [(4, 7), (0, 5)]  # rows 4..11 wrap once
+    assert p.pieces(2, 10) == [(1, 7), (0, 7), (0, 7), (0, 7), (0, 5)]
+    x, y = p.data()
+    w = torch.randn(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    rows = torch.cat([torch.arange(a, b) for a, b in p.pieces(1, 3)])
+    torch.testing.assert_close(delta_items(p, x, y, w, 1, 3), delta(p, x[rows], y[rows], w))
+    # updates of any split of the items add up to the whole (what exactly-once processing relies on)
+    whole = delta_items(p, x, y, w, 0, 10)
+    parts = delta_items(p, x, y, w, 0, 3) + delta_items(p, x, y, w, 3, 10)
+    torch.testing.assert_close(whole, parts)
+
+
+def test_default_problem_is_one_example_per_item():
+    s = load_scenario(ROOT / "scenarios" / "flexrr-default.yaml", SMALL)
+    p = problem_for(s, 400)
+    assert (p.batch, p.examples, p.dtype, p.features, p.classes) == (1, 400, "float64", 16, 4)
+    x, y = p.data()
+    assert x.shape == (400, 16) and x.dtype == torch.float64
+    assert torch.isfinite(reference(p, 2, 1)).all()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a host without CUDA")
+def test_cuda_without_a_gpu_is_a_clear_error():
+    from runtime.flexrr.worker import pick_device
+    from scenarios.flexrr_schema import FlexRRRuntime
+
+    assert pick_device(FlexRRRuntime(), 3).type == "cpu"
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        pick_device(FlexRRRuntime(device="cuda"), 0)
