@@ -1,13 +1,21 @@
-"""Multi-process execution of a schedule's op lists with torch.distributed (gloo on CPU, one process per
-worker), writing the same ``ops`` event table as the simulator.
+"""Multi-process execution of a schedule's op lists with torch.distributed: gloo on CPU or NCCL on
+``cuda:rank``, one process per worker, writing the same ``ops`` event table as the simulator.
 
-Each rank runs its worker's op list in order, exactly as ``sim.pipedream`` and ``runtime.pipedream.local``
-do. Activations and gradients travel point-to-point: the sender posts a non-blocking ``isend`` (a small
-shape header, then the payload) and the receiver a blocking ``recv`` when an op needs it, with a tag per
-(kind, microbatch, chunk) so messages can never be confused; since sends never block, any dependency-
-respecting op order is deadlock-free. A ``W`` op all-reduces the accumulated gradients over the chunk's
-replicas (one process group per replicated chunk) and creates a new immutable weight version (see
-``local``). PipeDream itself used gloo for pipeline traffic (seed 001 §2.4.4).
+Each rank runs its worker's op list in order, exactly as ``sim.pipedream`` and
+``runtime.pipedream.local`` do (seed 001 §2.4.2: a schedule is data). Activations and gradients travel
+over ``runtime.pipedream.p2p`` channels (fixed shapes, one process group per direction and kind,
+received in the sender's order), so the same code runs on NCCL and, in the tests, on gloo. A ``W`` op
+all-reduces the accumulated gradients over the chunk's replicas and applies SGD, creating a new weight
+version (seed 001 §2.4.3, weight stashing; Table 7.1's update rules follow from which version each op
+names). A version is freed as soon as no later op of the rank names it, as in the simulator; when the
+version an update starts from is not needed any more (the flush schedules) the update is in place, so
+those schedules hold one copy of the weights.
+
+Timing: on CUDA every op is bracketed by CUDA events on the compute stream (no per-op synchronize),
+converted to seconds from the run's starting barrier once the run has finished; on CPU by
+``perf_counter``. A run is bracketed by synchronize + barrier, so its wall time is the step time of the
+window. Peak memory is ``torch.cuda.max_memory_allocated`` over the run (on CPU, an accounting of the
+tensors the executor holds: weights, gradients, stashed inputs/outputs, messages in flight).
 """
 
 from __future__ import annotations
@@ -15,153 +23,324 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch import nn
 from torch.func import functional_call
 
 from policies.pipedream.ops import Schedule
+from runtime.pipedream.p2p import Channels
+from runtime.pipedream.workload import Workload
 
-# (chunks, microbatches, seed) -> (chunk modules, inputs, targets); must be a module-level function
-# so it can be pickled into the spawned processes.
-Workload = Callable[[int, int, int], tuple[list[nn.Module], list[torch.Tensor], list[torch.Tensor]]]
-_HEADER = 8  # ndim followed by up to 7 sizes
-
-
-def _tag(kind: str, microbatch: int, chunk: int, chunks: int, payload: bool) -> int:
-    return (((microbatch * chunks + chunk) * 2 + (kind == "grad")) * 2) + payload
+Params = dict[str, torch.Tensor]
+# One ops-table row: device, worker, stage, replica, kind, microbatch, version, start_s, end_s, bytes.
+Row = tuple[int, int, int, int, str, int, int, float, float, float]
 
 
-def _send(tensor: torch.Tensor, dst: int, tag: int, pending: list) -> None:
-    header = torch.zeros(_HEADER, dtype=torch.int64)
-    header[0] = tensor.dim()
-    header[1 : 1 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
-    payload = tensor.detach().contiguous()
-    pending.append(dist.isend(header, dst, tag=tag))
-    pending.append(dist.isend(payload, dst, tag=tag + 1))
-    pending.append(payload)  # keep the buffer alive until the send completes
+def init_rank(rank: int, world: int, rendezvous: str, backend: str) -> torch.device:
+    """Join the process group (file rendezvous); NCCL ranks use ``cuda:rank``."""
+    if backend == "nccl":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(1)  # ranks share the host's cores
+    dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank, world_size=world)
+    return device
 
 
-def _recv(src: int, tag: int, dtype: torch.dtype) -> torch.Tensor:
-    header = torch.zeros(_HEADER, dtype=torch.int64)
-    dist.recv(header, src, tag=tag)
-    shape = header[1 : 1 + int(header[0])].tolist()
-    out = torch.empty(shape, dtype=dtype)
-    dist.recv(out, src, tag=tag + 1)
-    return out
+def barrier(device: torch.device) -> None:
+    """A barrier whose completion the host has seen (synchronize before and after on CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        dist.barrier(device_ids=[device.index])
+        torch.cuda.synchronize(device)
+    else:
+        dist.barrier()
+
+
+class OpClock:
+    """Op timestamps: CUDA events on the current stream (resolved after the run) or ``perf_counter``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.origin: object = None
+
+    def start(self) -> None:
+        """Mark time zero (call right after the starting barrier)."""
+        self.origin = self.mark()
+
+    def mark(self) -> object:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(self, mark: object) -> float:
+        """Seconds from the origin; on CUDA only valid after the stream has passed ``mark``."""
+        if self.cuda:
+            return self.origin.elapsed_time(mark) / 1000.0  # type: ignore[union-attr]
+        return mark - self.origin  # type: ignore[operator]
+
+
+@dataclass
+class RunRecord:
+    """What one rank measured over one run of a schedule."""
+
+    rows: list[Row]
+    wall_s: float  # barrier to barrier
+    peak_bytes: float  # max_memory_allocated on CUDA; held-tensor accounting on CPU
+
+
+def _nbytes(tensors) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t is not None:
+            storage = t.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+class StageExecutor:
+    """One rank's executor; keeps its chunks' weights across runs so warm-up and timed runs of one
+    schedule continue the same training."""
+
+    def __init__(self, rank: int, world: int, device: torch.device, workload: Workload, lr: float) -> None:
+        self.rank, self.world, self.device = rank, world, device
+        self.workload, self.lr = workload, lr
+        self.channels = Channels(rank, world, device)
+        self.modules: dict[int, torch.nn.Module] = {}
+        self.weights: dict[int, Params] = {}
+        self.layout: tuple | None = None
+        self.replica_groups: dict[int, object] = {}
+
+    def load(self, schedule: Schedule) -> None:
+        """Build fresh chunk modules (from the workload's seed) for this rank's chunks of ``schedule``."""
+        worker = schedule.workers[self.rank]
+        self.modules = {}
+        self.weights = {}
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        for c in worker.chunks:
+            self.modules[c] = self.workload.chunk(c, schedule.num_chunks, self.device)
+            # Version 0 shares the modules' storage: updates never write a version still in use.
+            self.weights[c] = {n: p.detach() for n, p in self.modules[c].named_parameters()}
+        self.layout = (schedule.num_chunks, schedule.placement)
+        # Replicated chunks (1F1B-RR) all-reduce over their replicas; new_group is collective.
+        self.replica_groups = {
+            c: dist.new_group(list(members))
+            for c, members in enumerate(schedule.placement)
+            if len(members) > 1
+        }
+
+    def run(self, schedule: Schedule, fresh: bool = False) -> RunRecord:
+        """Execute this rank's op list of ``schedule`` once (barrier to barrier)."""
+        if len(schedule.workers) != self.world:
+            raise ValueError(f"schedule has {len(schedule.workers)} workers for {self.world} ranks")
+        worker = schedule.workers[self.rank]
+        # Decided from the schedule alone, so every rank reloads (and creates groups) together.
+        if fresh or self.layout != (schedule.num_chunks, schedule.placement):
+            self.load(schedule)
+        last = schedule.num_chunks - 1
+        scale = 1.0 / schedule.batch_microbatches
+        shape, dtype = self.workload.boundary(schedule.num_chunks)
+        self.channels.start(schedule, shape, dtype)
+        data = {
+            op.microbatch: self.workload.microbatch(op.microbatch, self.device)
+            for op in worker.ops
+            if op.kind == "F" and op.chunk in (0, last)
+        }
+        versions: dict[int, dict[int, Params]] = {c: {0: self.weights[c]} for c in worker.chunks}
+        newest = dict.fromkeys(worker.chunks, 0)
+        future: dict[tuple[int, int], int] = defaultdict(int)
+        for op in worker.ops:
+            if op.kind in ("F", "B"):
+                future[(op.chunk, op.version)] += 1
+        grads: dict[int, Params] = {}
+        stash: dict[tuple[int, int], tuple[torch.Tensor, Params, torch.Tensor]] = {}
+        local: dict[tuple[str, int, int], torch.Tensor] = {}
+        marks: list[tuple[int, str, int, int, object, object]] = []
+        clock = OpClock(self.device)
+        cpu_peak = 0
+
+        def release(c: int) -> None:
+            for v in [v for v in versions[c] if v != newest[c] and future[(c, v)] == 0]:
+                del versions[c][v]
+
+        def take(kind: str, k: int, c: int, src: int) -> torch.Tensor:
+            return local.pop((kind, k, c)) if src == self.rank else self.channels.recv((kind, k, c), src)
+
+        def give(kind: str, k: int, c: int, dst: int, tensor: torch.Tensor) -> None:
+            if dst == self.rank:
+                local[(kind, k, c)] = tensor.detach()
+            else:
+                self.channels.send((kind, k, c), tensor, dst)
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        barrier(self.device)
+        began = time.perf_counter()
+        clock.start()
+        for op in worker.ops:
+            c, k = op.chunk, op.microbatch
+            if op.kind == "F":
+                x = data[k][0] if c == 0 else take("act", k, c, schedule.worker_for(c - 1, k))
+                start = clock.mark()
+                if c > 0:
+                    x = x.detach().requires_grad_()
+                params = {n: t.detach().requires_grad_() for n, t in versions[c][op.version].items()}
+                out = functional_call(self.modules[c], params, (x,))
+                if c == last:
+                    out = self.workload.loss(out, data[k][1]) * scale
+                else:
+                    give("act", k, c + 1, schedule.worker_for(c + 1, k), out)
+                stash[(k, c)] = (x, params, out)
+                future[(c, op.version)] -= 1
+            elif op.kind == "B":
+                grad_out = None if c == last else take("grad", k, c, schedule.worker_for(c + 1, k))
+                start = clock.mark()
+                x, params, out = stash.pop((k, c))
+                wrt = list(params.values()) + ([x] if c > 0 else [])
+                got = torch.autograd.grad(out, wrt, grad_out)
+                del out
+                acc = grads.get(c)
+                if acc is None:  # the first gradient becomes the accumulator (0 + g == g exactly)
+                    # ... unless autograd handed back the incoming or outgoing gradient itself
+                    # (e.g. ``x + p``): accumulating into it would corrupt a message.
+                    shared = {t.data_ptr() for t in (grad_out, got[-1] if c > 0 else None) if t is not None}
+                    grads[c] = {
+                        n: g.clone() if g.data_ptr() in shared else g
+                        for n, g in zip(params, got, strict=False)
+                    }
+                else:  # one multi-tensor kernel per few tensors, like torch's own optimizers
+                    torch._foreach_add_([acc[n] for n in params], list(got[: len(params)]))
+                if c > 0:
+                    give("grad", k, c - 1, schedule.worker_for(c - 1, k), got[-1])
+                del got, params, x
+                future[(c, op.version)] -= 1
+                release(c)
+            else:
+                start = clock.mark()
+                self._update(c, op.version, versions, newest, grads, future)
+                release(c)
+            marks.append((c, op.kind, k, op.version, start, clock.mark()))
+            self.channels.reap()
+            if self.device.type == "cpu":
+                held = _nbytes(
+                    [t for vs in versions.values() for p in vs.values() for t in p.values()]
+                    + [t for p in grads.values() for t in p.values()]
+                    + [t for x, _, o in stash.values() for t in (x, o)]
+                )
+                cpu_peak = max(cpu_peak, held + self.channels.held_bytes())
+        self.channels.finish()
+        barrier(self.device)
+        wall = time.perf_counter() - began
+        for c in worker.chunks:
+            self.weights[c] = versions[c][newest[c]]
+        rows: list[Row] = [
+            (worker.device, self.rank, c, worker.replica, kind, k, v, clock.seconds(s), clock.seconds(e), 0.0)
+            for c, kind, k, v, s, e in marks
+        ]
+        peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else cpu_peak
+        return RunRecord(rows, wall, float(peak))
+
+    def _update(
+        self,
+        c: int,
+        version: int,
+        versions: dict[int, dict[int, Params]],
+        newest: dict[int, int],
+        grads: dict[int, Params],
+        future: dict[tuple[int, int], int],
+    ) -> None:
+        """SGD from the newest version: W^(new) = W^(newest) − lr · (replica-mean accumulated gradient)."""
+        base_v = newest[c]
+        base = versions[c][base_v]
+        acc = grads.pop(c, None) or {n: torch.zeros_like(t) for n, t in base.items()}
+        if c in self.replica_groups:
+            flat = torch.cat([acc[n].reshape(-1) for n in base])
+            dist.all_reduce(flat, group=self.replica_groups[c])
+            flat /= dist.get_world_size(self.replica_groups[c])
+            offset = 0
+            for n, t in base.items():
+                acc[n] = flat[offset : offset + t.numel()].view_as(t)
+                offset += t.numel()
+        names = list(base)
+        weights, steps = [base[n] for n in names], [acc[n] for n in names]
+        if future[(c, base_v)] == 0:
+            # Nothing will run on the base version again: update in place (one copy of the weights).
+            torch._foreach_sub_(weights, steps, alpha=self.lr)
+            versions[c][version] = base
+        else:
+            versions[c][version] = dict(
+                zip(names, torch._foreach_sub(weights, steps, alpha=self.lr), strict=True)
+            )
+        newest[c] = version
+
+    def final(self) -> dict[int, Params]:
+        """The newest weights of this rank's chunks, on CPU."""
+        return {c: {n: t.detach().cpu() for n, t in p.items()} for c, p in self.weights.items()}
 
 
 def _worker(
     rank: int,
     world: int,
-    schedule: Schedule,
+    schedules: list[Schedule],
     workload: Workload,
-    seed: int,
     lr: float,
+    backend: str,
     rendezvous: str,
     out_dir: str,
 ) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    modules, inputs, targets = workload(schedule.num_chunks, schedule.num_microbatches, seed)
-    groups = {}
-    for c, members in enumerate(schedule.placement):  # every rank creates every group, in one order
-        if len(members) > 1:
-            groups[c] = dist.new_group(list(members))
-    worker = schedule.workers[rank]
-    last = schedule.num_chunks - 1
-    scale = 1.0 / schedule.batch_microbatches
-    dtype = next(modules[0].parameters()).dtype
-    versions = {
-        c: {0: {n: p.detach().clone() for n, p in modules[c].named_parameters()}} for c in worker.chunks
-    }
-    grads: dict[int, dict[str, torch.Tensor]] = {}
-    stash: dict[tuple[int, int], tuple] = {}
-    local_mail: dict[tuple[str, int, int], torch.Tensor] = {}
-    pending: list = []
-    rows = []
-    dist.barrier()
-    t0 = time.perf_counter()
-
-    def take(kind: str, k: int, c: int, src: int) -> torch.Tensor:
-        if src == rank:
-            return local_mail.pop((kind, k, c))
-        return _recv(src, _tag(kind, k, c, schedule.num_chunks, False), dtype)
-
-    def give(kind: str, k: int, c: int, dst: int, tensor: torch.Tensor) -> None:
-        if dst == rank:
-            local_mail[(kind, k, c)] = tensor.detach()
-        else:
-            _send(tensor, dst, _tag(kind, k, c, schedule.num_chunks, False), pending)
-
-    for op in worker.ops:
-        c, k = op.chunk, op.microbatch
-        start = time.perf_counter() - t0
-        if op.kind == "F":
-            x = inputs[k] if c == 0 else take("act", k, c, schedule.worker_for(c - 1, k))
-            x = x.detach().requires_grad_(c > 0)
-            params = {n: t.detach().requires_grad_() for n, t in versions[c][op.version].items()}
-            out = functional_call(modules[c], params, (x,))
-            if c == last:
-                out = ((out - targets[k]) ** 2).mean() * scale
-            else:
-                give("act", k, c + 1, schedule.worker_for(c + 1, k), out)
-            stash[(k, c)] = (x, params, out)
-        elif op.kind == "B":
-            x, params, out = stash.pop((k, c))
-            grad_out = (
-                torch.ones_like(out) if c == last else take("grad", k, c, schedule.worker_for(c + 1, k))
-            )
-            wrt = list(params.values()) + ([x] if c > 0 else [])
-            got = torch.autograd.grad(out, wrt, grad_out)
-            acc = grads.setdefault(c, {n: torch.zeros_like(t) for n, t in params.items()})
-            for name, g in zip(params, got, strict=False):
-                acc[name] += g
-            if c > 0:
-                give("grad", k, c - 1, schedule.worker_for(c - 1, k), got[-1])
-        else:
-            base = versions[c][max(versions[c])]
-            acc = grads.pop(c, {n: torch.zeros_like(t) for n, t in base.items()})
-            if c in groups:
-                flat = torch.cat([acc[n].reshape(-1) for n in base])
-                dist.all_reduce(flat, group=groups[c])
-                flat /= len(schedule.placement[c])
-                offset = 0
-                for n, t in base.items():
-                    acc[n] = flat[offset : offset + t.numel()].view_as(t)
-                    offset += t.numel()
-            versions[c][op.version] = {n: t - lr * acc[n] for n, t in base.items()}
-        end = time.perf_counter() - t0
-        version = op.version
-        rows.append((worker.device, rank, c, worker.replica, op.kind, k, version, start, end, 0.0))
-    for item in pending:
-        if hasattr(item, "wait"):
-            item.wait()
-    final = {c: versions[c][max(versions[c])] for c in worker.chunks if worker.replica == 0}
-    torch.save({"rows": rows, "final": final}, Path(out_dir) / f"rank{rank}.pt")
-    dist.barrier()
+    device = init_rank(rank, world, rendezvous, backend)
+    executor = StageExecutor(rank, world, device, workload, lr)
+    results = []
+    for schedule in schedules:
+        record = executor.run(schedule, fresh=True)
+        worker = schedule.workers[rank]
+        final = executor.final() if worker.replica == 0 else {}
+        results.append({"rows": record.rows, "final": final})
+    torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    barrier(device)
     dist.destroy_process_group()
 
 
-def run_distributed(
-    schedule: Schedule, workload: Workload, seed: int = 0, lr: float = 0.1
-) -> tuple[list[tuple], dict[int, dict[str, torch.Tensor]]]:
-    """Spawn one gloo process per worker of ``schedule``; return the op rows of every rank (the
-    ``ops`` table columns, times from a common barrier) and the final weights of every chunk."""
-    world = len(schedule.workers)
+def run_many(
+    schedules: list[Schedule], workload: Workload, lr: float = 0.1, backend: str = "gloo"
+) -> list[tuple[list[Row], dict[int, Params]]]:
+    """Spawn one process per worker once and run each schedule (all with the same number of workers)
+    from fresh weights; per schedule, the op rows of every rank (the ``ops`` table columns, times from
+    a common barrier) and the final weights of every chunk."""
+    world = len(schedules[0].workers)
+    if any(len(s.workers) != world for s in schedules):
+        raise ValueError("every schedule of one spawn needs the same number of workers")
     with tempfile.TemporaryDirectory(prefix="pipedream-") as tmp:
         rendezvous = os.path.join(tmp, "rendezvous")
         mp.spawn(
-            _worker, args=(world, schedule, workload, seed, lr, rendezvous, tmp), nprocs=world, join=True
+            _worker,
+            args=(world, schedules, workload, lr, backend, rendezvous, tmp),
+            nprocs=world,
+            join=True,
         )
-        rows: list[tuple] = []
-        final: dict[int, dict[str, torch.Tensor]] = {}
-        for rank in range(world):
-            saved = torch.load(Path(tmp) / f"rank{rank}.pt")
-            rows += saved["rows"]
-            final.update(saved["final"])
-    return rows, final
+        per_rank = [torch.load(Path(tmp) / f"rank{r}.pt") for r in range(world)]
+    out = []
+    for i in range(len(schedules)):
+        rows: list[Row] = []
+        final: dict[int, Params] = {}
+        for r in range(world):
+            rows += per_rank[r][i]["rows"]
+            final.update(per_rank[r][i]["final"])
+        out.append((rows, final))
+    return out
+
+
+def run_distributed(
+    schedule: Schedule, workload: Workload, lr: float = 0.1, backend: str = "gloo"
+) -> tuple[list[Row], dict[int, Params]]:
+    """``run_many`` for one schedule."""
+    return run_many([schedule], workload, lr, backend)[0]

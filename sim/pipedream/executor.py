@@ -267,9 +267,14 @@ def simulate(
                 seq = w_seq[c]
                 w_seq[c] += 1
                 proc = env.process(allreduce(wi, op, seq))
+                start = env.now
                 if op.blocking:
-                    start = env.now
                     yield proc
+                if cost.update_s > 0:  # the step itself occupies the compute engine, blocking or not
+                    step_start = env.now
+                    yield env.timeout(cost.update_s / dev.speed)
+                    busy[worker.device] += env.now - step_start
+                if op.blocking:
                     rows.append(
                         (worker.device, wi, c, worker.replica, "W", k, op.version, start, env.now, 0.0)
                     )

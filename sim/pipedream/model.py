@@ -17,6 +17,9 @@ class ChunkCost:
     activation_bytes: float  # outputs of the chunk's layers kept for backward (without recomputation)
     input_bytes: float  # the activation received from the previous chunk (also kept for backward)
     output_bytes: float  # sent to the next chunk; the gradient sent back has the same size
+    # The optimizer step of this chunk at each W, on the device's compute engine (the real runtime
+    # applies it on its compute stream before the next op); 0 leaves W to ``optimizer_step_s`` alone.
+    update_s: float = 0.0
 
 
 @dataclass(frozen=True)

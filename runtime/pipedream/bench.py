@@ -1,0 +1,158 @@
+"""One rank's part of the GPU benchmark (``experiments/pipedream_gpu.py``): a p2p link probe, then every
+schedule on our runtime and on ``torch.distributed.pipelining``, all inside one spawned process group
+so the per-configuration start-up (CUDA, NCCL) is paid once.
+
+A schedule is measured as seed 001 §2.5 measures throughput: a warm-up run of ``warmup`` minibatches,
+then a timed run of ``steps`` minibatches of ``microbatches`` microbatches each (PipeDream's 1F1B:
+``steps · microbatches`` inputs, one update per input), barrier to barrier; the simulator is later run
+on exactly the timed run's op lists (``bench_schedule``), so fill and drain count the same in both.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from policies.pipedream.ops import Schedule
+from policies.pipedream.schedules import make_schedule
+from runtime.pipedream.distributed import StageExecutor, barrier, init_rank
+from runtime.pipedream.torch_pipelining import bench_torch_pipelining
+from runtime.pipedream.workload import Workload
+
+INTERLEAVE = 2  # chunks per device of the interleaved schedule
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What every rank runs (picklable; the same on every rank)."""
+
+    schedules: tuple[str, ...] = ("gpipe", "flush", "2bw", "1f1b", "interleaved")
+    torch_schedules: tuple[str, ...] = ("gpipe", "flush", "interleaved")
+    microbatches: int = 12  # a multiple of 2 and 4 (interleaving); GPipe on 2 GPUs stashes ~45 GB
+    warmup: int = 2
+    steps: int = 5
+    lr: float = 1e-4
+    keep_ops: str = "1f1b"  # the schedule whose op table is kept ("" for none)
+    probe_bytes: tuple[int, int] = (4096, 64 << 20)
+    probe_reps: int = 20
+
+
+def bench_schedule(name: str, devices: int, microbatches: int, batches: int) -> Schedule:
+    """The op lists of ``batches`` minibatches of schedule ``name`` on a straight pipeline."""
+    return make_schedule(
+        name,
+        (1,) * devices,
+        microbatches,
+        batches,
+        chunks_per_device=INTERLEAVE if name == "interleaved" else 1,
+    )
+
+
+def probe_link(executor: StageExecutor, settings: BenchSettings) -> dict[str, float]:
+    """One-way latency and bandwidth from rank 0 to rank 1 on an activation channel: back-to-back
+    messages of a small and a large size, timed on the receiver (t = latency + bytes / bandwidth)."""
+    channel = (0, 1, "act")
+    channels = executor.channels
+    channels.connect([channel])
+    device, rank = executor.device, executor.rank
+    per_message = []
+    for size in settings.probe_bytes:
+        buf = torch.zeros(size // 4, dtype=torch.float32, device=device)
+        for timed in (False, True):
+            barrier(device)
+            began = time.perf_counter()
+            reps = settings.probe_reps if timed else 2
+            for _ in range(reps):
+                if rank == 0:
+                    dist.send(buf, 1, group=channels.groups[channel])
+                elif rank == 1:
+                    dist.recv(buf, 0, group=channels.groups[channel])
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elapsed = (time.perf_counter() - began) / reps
+        per_message.append(elapsed)
+    small, large = settings.probe_bytes
+    bandwidth = (large - small) / max(per_message[1] - per_message[0], 1e-12)
+    latency = max(per_message[0] - small / bandwidth, 0.0)
+    barrier(device)
+    return {
+        "latency_s": latency,
+        "bandwidth_Bps": bandwidth,
+        "small_s": per_message[0],
+        "large_s": per_message[1],
+    }
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def _save(result: dict, ops: list, rank: int, out_dir: str) -> None:
+    path = Path(out_dir, f"rank{rank}.json")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(path)
+    if ops:
+        torch.save(ops, Path(out_dir, f"ops{rank}.pt"))
+
+
+def rank_main(
+    rank: int,
+    world: int,
+    rendezvous: str,
+    backend: str,
+    workload: Workload,
+    settings: BenchSettings,
+    out_dir: str,
+) -> None:
+    """Entry point of one spawned rank; writes ``rank{rank}.json`` (and the kept op rows) to ``out_dir``."""
+    device = init_rank(rank, world, rendezvous, backend)
+    executor = StageExecutor(rank, world, device, workload, settings.lr)
+    result: dict = {"rank": rank, "world": world, "settings": asdict(settings), "runs": []}
+    if world >= 2:
+        result["link"] = probe_link(executor, settings)
+    m = settings.microbatches
+    ops: list = []
+    for name in settings.schedules:
+        executor.run(bench_schedule(name, world, m, settings.warmup), fresh=True)
+        timed = bench_schedule(name, world, m, settings.steps)
+        record = executor.run(timed)
+        samples = timed.num_microbatches * int(workload.microbatch(0, torch.device("cpu"))[0].shape[0])
+        result["runs"].append(
+            {
+                "runtime": "ours",
+                "schedule": name,
+                "wall_s": record.wall_s,
+                "samples": float(samples),
+                "peak_bytes": record.peak_bytes,
+                "busy_s": sum(r[8] - r[7] for r in record.rows),
+            }
+        )
+        if name == settings.keep_ops:
+            ops = record.rows
+        executor.modules, executor.weights, executor.layout = {}, {}, None
+        _free(device)
+    # Our results are saved before the baseline runs, so a baseline that fails or hangs (the parent
+    # kills the ranks after its time limit) does not take them down with it.
+    _save(result, ops, rank, out_dir)
+    for name in settings.torch_schedules:
+        try:
+            run = bench_torch_pipelining(
+                name, rank, world, device, workload, m, settings.warmup, settings.steps, settings.lr
+            )
+        except Exception as err:  # e.g. an API difference in the device's torch: report, go on
+            run = {"error": f"{type(err).__name__}: {err}"}
+        result["runs"].append({"runtime": "torch", "schedule": name, **run})
+        _save(result, [], rank, out_dir)
+        _free(device)
+    barrier(device)
+    dist.destroy_process_group()
