@@ -25,12 +25,18 @@ from pydantic import (
     model_validator,
 )
 
+from scenarios.gavel_market_schema import MARKET_PATH_FIELDS, GavelMarket
+
 # Throughput tables bundled with traces/; any other value of ``throughputs`` is a path to a JSON table.
 BUNDLED_THROUGHPUTS = ("simulation", "physical")
 
 # Fields holding a file path, with the words that are not paths. The loader makes these absolute
 # (relative to the scenario file, or to the working directory for a --set override).
-PATH_FIELDS: dict[str, tuple[str, ...]] = {"throughputs": BUNDLED_THROUGHPUTS, "workload.trace": ()}
+PATH_FIELDS: dict[str, tuple[str, ...]] = {
+    "throughputs": BUNDLED_THROUGHPUTS,
+    "workload.trace": (),
+    **MARKET_PATH_FIELDS,
+}
 
 
 # One size for every type, or one per type. The discriminator validates only the branch the value's
@@ -207,6 +213,33 @@ class Scenario(ScenarioBase):
     policy: Policy
     mechanism: Mechanism = Mechanism()
     real: Real | None = None
+    # A cloud fleet replaying a spot-price trace (seed 001 §6, seed 003); null: a fixed cluster.
+    market: GavelMarket | None = None
+
+    @model_validator(mode="after")
+    def _market_matches_cluster(self) -> Scenario:
+        if self.market is None:
+            return self
+        types = {t for t, n in self.cluster.gpus.items() if n > 0}
+        if set(self.market.types) != types:
+            raise ValueError(
+                "market.types must name exactly the worker types of cluster.gpus"
+                f" ({', '.join(sorted(types))}); got {', '.join(sorted(self.market.types))}"
+            )
+        for name, spec in self.market.types.items():
+            servers = self.cluster.servers()[name]
+            if spec.on_demand + spec.spot != servers:
+                raise ValueError(
+                    f"market.types.{name}: on_demand + spot = {spec.on_demand} + {spec.spot} must equal the"
+                    f" {servers} servers (instances) of cluster.gpus.{name}"
+                )
+        if self.cluster.prices is not None:
+            raise ValueError("cluster.prices and market exclude each other: the market gives the prices")
+        if self.mechanism.ideal:
+            raise ValueError(
+                "market needs the round mechanism (mechanism.ideal: false): evictions cut rounds"
+            )
+        return self
 
     @model_validator(mode="after")
     def _real_matches_cluster(self) -> Scenario:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,9 @@ from policies.gavel.cluster import ClusterLayout
 from policies.gavel.scheduler import GavelScheduler, JobSpec, RoundPlan, SchedulerConfig
 from policies.registry import AllocationPolicy
 from scenarios.gavel_workload import GavelJob, jobs_table
+
+if TYPE_CHECKING:
+    from sim.gavel_market import MarketHook
 
 Progress = Callable[[float, str], None]
 
@@ -55,9 +59,11 @@ class GavelSimulation:
         progress: Progress | None = None,
         entity_weights: dict[int, float] | None = None,
         policy_colocation: Colocation | None = None,
+        market: MarketHook | None = None,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
-        believes about pairs, e.g. estimates from profiling (§5.3.3)."""
+        believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``sim.gavel_market``)
+        makes the cluster a cloud fleet whose workers come and go with spot prices (seed 001 §6)."""
         self.layout = layout
         self.jobs = sorted(jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         self.by_id = {j.spec.job_id: j for j in jobs}
@@ -72,6 +78,7 @@ class GavelSimulation:
             entity_weights=entity_weights,
         )
         self.colocation = colocation
+        self.market = market
         self.progress = progress
         self.env = simpy.Environment()
         self.arrived: simpy.Store = simpy.Store(self.env)
@@ -92,6 +99,7 @@ class GavelSimulation:
         self.event_rows: list[tuple] = []
         self.num_rounds = 0
         self.num_arrived = 0
+        self.stalled = False
 
     # --- processes ----------------------------------------------------------------------------------
 
@@ -107,6 +115,8 @@ class GavelSimulation:
         sched = self.scheduler
         while not self._finished():
             self._admit()
+            if self.market is not None:
+                self.market.sync(self, self.env.now)
             if not sched.jobs:
                 job = yield self.arrived.get()
                 self._add(job)
@@ -144,6 +154,27 @@ class GavelSimulation:
         steps = np.where(finishes, left, rate * run)
         with np.errstate(divide="ignore"):
             finish_t = np.where(finishes, start + overhead[combo] + left / rate, np.inf)
+        preempted = np.zeros(len(jobs), dtype=bool)
+        if self.market is not None:
+            # A worker terminated mid-round takes its jobs' progress since their last checkpoint (the
+            # round's start) with it, unless they finished first; the slot ends at the termination.
+            cut = self.market.cut_times(plan, start, length)[combo]
+            preempted = cut < np.where(finishes, finish_t, start + length)
+            if preempted.any():
+                lost = np.minimum(rate * np.maximum(cut - start - overhead[combo], 0.0), left)
+                for i in np.flatnonzero(preempted).tolist():
+                    c = int(combo[i])
+                    self.market.record_preemption(
+                        float(cut[i]),
+                        int(jobs[i]),
+                        self.market.workers_of(plan, c),
+                        float(lost[i]),
+                        len(plan.gpus[c]) * float(cut[i] - start) / len(plan.job_ids[c]),
+                    )
+                    self.event_rows.append((float(cut[i]), "preempt", int(jobs[i]), "evicted"))
+                finishes = finishes & ~preempted
+                steps = np.where(preempted, 0.0, steps)
+                finish_t = np.where(preempted, cut, finish_t)
         combo_end = np.full(len(plan), -np.inf)
         np.maximum.at(combo_end, combo, finish_t)
         combo_end = np.minimum(combo_end, start + length)
@@ -159,7 +190,7 @@ class GavelSimulation:
             (
                 np.full(len(jobs), self.num_rounds),
                 np.full(len(jobs), start),
-                np.where(finishes, finish_t, latest),
+                np.where(finishes | preempted, finish_t, latest),
                 jobs,
                 types,
                 np.array([len(g) for g in plan.gpus], dtype=np.int64)[combo],
@@ -169,9 +200,13 @@ class GavelSimulation:
                 shared,
             )
         )
+        seconds = combo_end - start - overhead
+        if preempted.any():
+            # A preempted combination received nothing it keeps: no credit towards its share.
+            seconds[combo[preempted]] = 0.0
         self.scheduler.record_round(
             plan,
-            combo_end - start - overhead,
+            seconds,
             dict(zip(jobs.tolist(), steps.tolist(), strict=True)),
             latest - start,
         )
@@ -280,6 +315,24 @@ class GavelSimulation:
         """Nothing is runnable: jobs wait for the next allowed reset (or an arrival, whichever is first)."""
         now = self.env.now
         wake = self.scheduler.next_reset_s()
+        if self.market is not None:
+            # Workers may come back (or prices move) before any reset or arrival.
+            wakes = [t for t in (wake, self.market.next_change_s(now)) if t is not None and t > now]
+            if self.num_arrived < len(self.jobs):
+                wakes.append(max(self.jobs[self.num_arrived].spec.arrival_s, now))
+            if wake is not None and wake <= now:
+                return
+            if wakes:
+                yield self.env.timeout(min(wakes) - now)
+            elif self.num_arrived < len(self.jobs) or self.arrived.items:
+                job = yield self.arrived.get()
+                self._add(job)
+            else:
+                # Every job has arrived, none can run, and the market never changes again (the trace's
+                # last price strands the fleet): the run ends with those jobs unfinished.
+                self.event_rows.append((now, "stalled", -1, f"{len(self.scheduler.jobs)} jobs cannot run"))
+                self.stalled = True
+            return
         if wake is not None and wake > now:
             yield self.env.timeout(wake - now)
         elif wake is None:
@@ -291,7 +344,14 @@ class GavelSimulation:
             self._add(self.arrived.items.pop(0))
 
     def _add(self, job: GavelJob) -> None:
-        self.scheduler.add_job(job.spec)
+        if self.market is not None:
+            # The scheduler checks a job's size against the types' GPU counts; on a market those are the
+            # workers alive this minute, and a job must fit the fleet, not the survivors of an eviction.
+            alive, self.scheduler.layout = self.scheduler.layout, self.layout
+            self.scheduler.add_job(job.spec)
+            self.scheduler.layout = alive
+        else:
+            self.scheduler.add_job(job.spec)
         self.event_rows.append((self.env.now, "admit", job.spec.job_id, job.spec.job_type))
 
     def _complete(self, job_id: int, t: float) -> None:
@@ -305,6 +365,8 @@ class GavelSimulation:
                 self.progress(done, f"{len(self.completion)} jobs done, t={t / 3600:.1f} h")
 
     def _finished(self) -> bool:
+        if self.stalled:
+            return True
         if self.mechanism.stop_when_window_done and self.window_left == 0:
             return True
         return len(self.completion) == len(self.jobs)
@@ -339,7 +401,14 @@ class GavelSimulation:
         ]
         events = pd.DataFrame(self.event_rows, columns=["time_s", "kind", "job_id", "detail"])
         events = events.astype({"time_s": "float64", "kind": str, "job_id": "int64", "detail": str})
-        return {"jobs": jobs, "rounds": rounds, "events": events}
+        tables = {"jobs": jobs, "rounds": rounds, "events": events}
+        if self.market is not None:
+            # Rounds name the Gavel type (v100), with a flag for the spot half of a split type, and what
+            # the GPUs held cost (pay-per-use; the fleet's bill is the billing table).
+            rounds["cost_usd"] = self.market.held_cost(rounds)
+            rounds["worker_type"], rounds["spot"] = self.market.base_types(rounds["worker_type"])
+            tables.update(self.market.tables(float(self.env.now)))
+        return tables
 
 
 _ROUND_COLUMNS = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -12,11 +13,12 @@ from policies.gavel.cluster import ClusterLayout
 from policies.gavel.scheduler import JobSpec
 from policies.registry import make_policy
 from scenarios.errors import InputError
-from scenarios.gavel_workload import cluster_layout, gavel_jobs, load_table, trace_jobs
+from scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
 from scenarios.results import RunResult
 from scenarios.schema import Scenario
-from sim.gavel import GavelSimulation, MechanismConfig, Progress
+from sim.gavel import Colocation, GavelSimulation, MechanismConfig, Progress
 from sim.gavel_estimation import estimated_colocation
+from sim.gavel_market import SplitLayout, build_market, expand_columns
 from traces.gavel_throughputs import ThroughputTable
 
 
@@ -51,14 +53,26 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
     if m.estimate_colocation is not None:
         rng = np.random.default_rng([scenario.seed, 0x5EED])
         planned = estimated_colocation(table, layout.worker_types, m.estimate_colocation, rng)
+    workload = gavel_jobs(scenario, table, layout, jobs, origin)
+    overheads = tuple(scenario.overhead_s(t) for t in layout.worker_types)
+    market = None
+    if scenario.market is not None:
+        # A cloud fleet (seed 001 §6): the scheduler plans over the split layout (spot halves apart).
+        market, split = build_market(scenario.source, scenario.market, layout)
+        if split.layout != layout:
+            workload = [_split_job(job, split) for job in workload]
+            truth, planned = _split_pairs(truth, split), _split_pairs(planned, split)
+            overheads = tuple(expand_columns(np.array(overheads), split).tolist())
+            layout = split.layout
+        prices = market.current_prices(0.0)
     return GavelSimulation(
         layout,
-        gavel_jobs(scenario, table, layout, jobs, origin),
+        workload,
         policy,
         MechanismConfig(
             m.round_s,
             m.ideal,
-            tuple(scenario.overhead_s(t) for t in layout.worker_types),
+            overheads,
             m.overhead_model == "restart",
             m.min_reset_interval_s,
         ),
@@ -68,7 +82,28 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
         prices=prices,
         entity_weights=dict(enumerate(scenario.workload.entities or ())),
         progress=progress,
+        market=market,
     )
+
+
+def _split_job(job: GavelJob, split: SplitLayout) -> GavelJob:
+    """A job's throughput rows over the split layout; a type too small for the job gets 0, as in
+    ``gavel_jobs`` (a spot half may hold fewer GPUs than the job needs)."""
+    fits = np.asarray(split.layout.gpus) >= job.spec.scale_factor
+    spec = replace(job.spec, throughputs=np.where(fits, expand_columns(job.spec.throughputs, split), 0.0))
+    return replace(
+        job, spec=spec, unconsolidated=np.where(fits, expand_columns(job.unconsolidated, split), 0.0)
+    )
+
+
+def _split_pairs(oracle: Colocation, split: SplitLayout) -> Colocation:
+    """A colocation oracle (rows per Gavel type) answering per scheduler type."""
+
+    def pair(a: JobSpec, b: JobSpec) -> np.ndarray | None:
+        rows = oracle(a, b)
+        return None if rows is None else rows[split.base_index]
+
+    return pair
 
 
 def run(scenario: Scenario, progress: Progress | None = None) -> RunResult:

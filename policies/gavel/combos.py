@@ -46,6 +46,18 @@ class ComboTable:
         self.last_type = np.append(self.last_type, -1)
         self.last_consolidated = np.append(self.last_consolidated, False)
 
+    def renumber(self, gpu_maps: Sequence[dict[int, int]]) -> None:
+        """The cluster's GPUs were renumbered per worker type (``gpu_maps[t]``: old index → new index of
+        every GPU still there). A combination that last ran on a GPU that is gone loses its lease: a lease
+        cannot be renewed on a machine that no longer exists (§5.5)."""
+        for row in np.flatnonzero(self.last_type >= 0).tolist():
+            mapping = gpu_maps[int(self.last_type[row])]
+            if all(g in mapping for g in self.last_gpus[row]):
+                self.last_gpus[row] = tuple(mapping[g] for g in self.last_gpus[row])
+            else:
+                self.last_type[row] = -1
+                self.last_gpus[row] = ()
+
     def drop_job(self, job_id: int) -> None:
         """Remove every combination the job belongs to."""
         keep = np.array([job_id not in key for key in self.keys], dtype=bool)

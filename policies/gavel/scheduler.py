@@ -13,7 +13,7 @@ added job's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -125,6 +125,19 @@ class GavelScheduler:
         self._dirty = False
 
     # --- events from the executor -------------------------------------------------------------------
+
+    def resize(self, gpus: tuple[int, ...], gpu_maps: Sequence[dict[int, int]]) -> None:
+        """The cluster changed under the scheduler (spot evictions and returns): ``gpus`` per worker type
+        now, and per type the old → new index of every GPU that is still there. Leases on GPUs that are
+        gone are dropped; the caller decides when to :meth:`reset` for the new counts."""
+        if len(gpus) != len(self.layout.worker_types) or len(gpu_maps) != len(gpus):
+            raise ValueError(f"resize needs one GPU count and one map per worker type, got {gpus}")
+        self.layout = replace(self.layout, gpus=tuple(gpus))
+        self.combos.renumber(gpu_maps)
+
+    def set_prices(self, prices: np.ndarray) -> None:
+        """Prices ($/GPU-hour per worker type) changed; cost policies see them at the next reset."""
+        self.prices = prices
 
     def add_job(self, spec: JobSpec) -> None:
         if spec.job_id in self.jobs:

@@ -14,6 +14,7 @@ uses the rest), so schemes are compared on the time they actually use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,3 +45,53 @@ def billing_model(name: BillingName, warning_s: float | None = None) -> BillingM
             name, 30.0 if warning_s is None else warning_s, False, False, False, 24 * 3600.0, 0.70
         )
     raise ValueError(f"unknown billing model {name!r}")
+
+
+def lifetime_bill(
+    model: BillingModel,
+    start_s: float,
+    end_s: float,
+    *,
+    evicted: bool,
+    on_demand: bool,
+    price_at: Callable[[float], float],
+    integral_usd: Callable[[float, float], float],
+    count: int = 1,
+) -> list[tuple[float, str, float]]:
+    """The line items ``(time_s, kind, usd)`` of ``count`` instances held over ``[start_s, end_s]``.
+
+    The closed form of what :class:`sim.spot.engine.SpotSim` books incrementally, for an instance whose
+    whole lifetime is known (granted at ``start_s``; gone at ``end_s`` by a provider eviction when
+    ``evicted``, else released by the user): hourly schemes and on-demand charge each hour at its start
+    at the price then in effect (``price_at``), refund the hour in progress on an eviction
+    (``refund_on_eviction``) or prorate the final partial hour (Proteus §6.3); ``per_second`` settles
+    ``∫ price dt`` (``integral_usd``) hour by hour. Kinds are the engine's: charge, refund, settle,
+    prorate. No item is dated after ``end_s`` and the total is never negative (a refund or proration
+    never exceeds the charge it corrects).
+    """
+    items: list[tuple[float, str, float]] = []
+    if end_s <= start_s:
+        return items
+    hour = 3600.0
+    hourly = model.hourly or on_demand
+    t = start_s
+    charge = 0.0
+    while t < end_s:
+        nxt = min(t + hour, end_s)
+        if hourly:
+            charge = count * price_at(t)
+            items.append((t, "charge", charge))
+        else:
+            amount = count * integral_usd(t, nxt)
+            if amount > 0:
+                items.append((nxt, "settle", amount))
+        last_start = t
+        t += hour
+    if hourly:
+        if evicted and model.refund_on_eviction and not on_demand:
+            items.append((end_s, "refund", -charge))  # the provider evicted: this hour is free
+        else:
+            used = end_s - last_start
+            if used < hour:
+                items.append((end_s, "prorate", -charge * (1.0 - used / hour)))
+    return items
