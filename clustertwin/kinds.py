@@ -57,4 +57,8 @@ def ops_for(kind: str) -> KindOps:
         from scenarios.psld_results import check_psld_tables
 
         return KindOps(check_psld_tables, lambda _, r: psld_metrics(r), None, has_real=True)
+    if kind == "spot_real":
+        from scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
+
+        return KindOps(check_spot_real_tables, lambda _, r: spot_real_metrics(r), None, has_real=True)
     raise KeyError(f"no command-line support for scenario kind {kind!r}")

@@ -45,4 +45,11 @@ def run_scenario(
         from runtime.psld.run import run_real as run_psld
 
         return run_psld(scenario, workdir, progress)
+    if scenario.kind == "spot_real":
+        import tempfile
+
+        from runtime.spot import run_real as run_spot
+
+        with tempfile.TemporaryDirectory(prefix="clustertwin-spot-") as tmp:
+            return run_spot(scenario, workdir or Path(tmp), progress)
     raise NotImplementedError(f"no real runtime for scenario kind {scenario.kind!r} yet")

@@ -2,7 +2,8 @@
 
 A scenario file names its kind; the loader validates it against that kind's model. Each kind is one
 grain of the simulator (DESIGN.md "Fidelity levels"): Gavel at job level, FlexRR at iteration/message
-level, spot markets at instance level, PipeDream at op level.
+level, spot markets at instance level, PipeDream at op level. ``spot_real`` is the Proteus runtime twin: a
+real run whose tables also hold the simulator's prediction of it (``runtime/spot``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from scenarios.flexrr_schema import FlexRRScenario
 from scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
 from scenarios.psld_schema import PSLDScenario
 from scenarios.schema import PATH_FIELDS, Scenario
+from scenarios.spot_real_schema import SPOT_REAL_PATH_FIELDS, SpotRealScenario
 from scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
 
-AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario | PSLDScenario
+AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario | PSLDScenario | SpotRealScenario
 
 KINDS: dict[str, tuple[type[BaseModel], dict[str, tuple[str, ...]]]] = {
     "gavel": (Scenario, PATH_FIELDS),
@@ -23,4 +25,5 @@ KINDS: dict[str, tuple[type[BaseModel], dict[str, tuple[str, ...]]]] = {
     "pipedream": (PipeDreamScenario, PIPEDREAM_PATH_FIELDS),
     "spot": (SpotScenario, SPOT_PATH_FIELDS),
     "psld": (PSLDScenario, {}),
+    "spot_real": (SpotRealScenario, SPOT_REAL_PATH_FIELDS),
 }

@@ -204,3 +204,11 @@ def test_a_pipeline_that_does_not_fit_exits_2_naming_device_and_bytes(tmp_path: 
     assert "scenarios/pipedream-default.yaml" in err and "out of memory" in err
     assert "GiB" in err and "chunk" in err
     assert not out.exists()
+
+
+def test_spot_real_has_no_simulate_only_run(capsys) -> None:
+    # kind spot_real is a real run whose tables carry the simulator's prediction; `run` without
+    # --backend real must say so rather than simulate something else.
+    status = main(["run", "scenarios/spot-real-cpu.yaml", "--out", "/nonexistent/never-written"])
+    assert status == 2
+    assert "field kind" in capsys.readouterr().err

@@ -1,0 +1,18 @@
+"""AgileML (Proteus, seed 003) on real processes: an elastic parameter-server MLR job over a c10d store,
+with reliable and transient processes, real evictions (warning, then SIGKILL), end-of-life flush and
+partition migration or online roll-back, and the checkpoint/restart baseline. Entry: :func:`run_real`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def run_real(*args: Any, **kwargs: Any):
+    """See :func:`runtime.spot.run.run_real` (imported lazily: torch loads only when a run starts)."""
+    from runtime.spot.run import run_real as _run_real
+
+    return _run_real(*args, **kwargs)
+
+
+__all__ = ["run_real"]

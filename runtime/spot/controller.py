@@ -1,0 +1,123 @@
+"""The elasticity controller's bookkeeping (seed 003 §1.3, §1.4, §1.6; notes §1.3–1.6).
+
+It runs in the launcher, next to the c10d store it hosts, so it outlives every training process (the
+paper: the EC is not replicated and may be restarted; here it is never evicted). Every decision is a
+call into ``policies.agileml`` — stage by ratio, N fixed partitions, ActivePS hosts (half of the
+machines, longest-running transient first), migration plans on eviction, flush-or-roll-back — and
+this module only turns them into an :class:`Epoch`: who works on which share of the global batch, and
+which process serves and which backs up each partition. Checkpoint mode is a traditional PS instead
+(partitions round-robin over the live processes, no backups), the Standard+Checkpoint baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from policies.agileml import (
+    PartitionTable,
+    StageThresholds,
+    choose_active_ps_hosts,
+    choose_stage,
+    num_partitions,
+    plan_evictions,
+    workers_on_reliable,
+)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One membership configuration, bound to clocks by the processes (see ``process.py``).
+
+    ``server[p]`` serves partition p to the workers (an ActivePS, or the ParamServ = its BackupPS in
+    stage 1); ``backup[p]`` is its BackupPS (None in checkpoint mode). ``stop``: the job ends at the first
+    clock bound to this epoch.
+    """
+
+    eid: int
+    workers: tuple[str, ...]
+    server: tuple[str, ...]
+    backup: tuple[str | None, ...]
+    stage: int
+    stop: bool = False
+
+
+@dataclass
+class Controller:
+    """Membership and partition ownership of one job; produces the epochs."""
+
+    reliable: list[str]
+    transient: list[str]
+    mode: str  # agileml | checkpoint
+    thresholds: StageThresholds = StageThresholds()
+    n_partitions: int = 0
+    table: PartitionTable | None = None
+    started: dict[str, float] = field(default_factory=dict)  # transient process -> start order
+    migrations: int = 0
+    _next: int = 0
+
+    def __post_init__(self) -> None:
+        # N = ½ × the most machines the job could ever use (§1.4); no additions here, so the start size.
+        self.n_partitions = num_partitions(len(self.reliable) + len(self.transient))
+        self.started = {name: float(i) for i, name in enumerate(self.transient)}
+        if self.mode == "agileml":
+            self.table = PartitionTable.create(self.n_partitions, self.reliable)
+
+    @property
+    def live(self) -> list[str]:
+        return self.reliable + self.transient
+
+    def stage(self) -> int:
+        if self.mode != "agileml":
+            return 0
+        stage = choose_stage(len(self.reliable), len(self.transient), self.thresholds)
+        assert stage is not None  # the schema requires a reliable process
+        return stage
+
+    def first_epoch(self) -> Epoch:
+        if self.table is not None and self.stage() in (2, 3):
+            hosts = choose_active_ps_hosts(self.started, [], len(self.live))
+            self.table.assign_active(hosts)
+        return self.epoch()
+
+    def evict(self, doomed: Sequence[str]) -> Epoch:
+        """The epoch after ``doomed`` (transient processes) leave: §1.6 "Some evicted" / "All evicted"."""
+        gone = set(doomed)
+        self.transient = [t for t in self.transient if t not in gone]
+        for name in gone:
+            self.started.pop(name, None)
+        if self.table is not None:
+            if self.stage() in (2, 3):
+                moves = plan_evictions(self.table, list(doomed), self.started, len(self.live))
+            else:  # down to stage 1: the BackupPSs become ParamServs (§1.3 "2→1")
+                moves = self.table.assign_active([])
+            self.migrations += len(moves)
+        return self.epoch()
+
+    def stop_epoch(self) -> Epoch:
+        return Epoch(self._bump(), (), (), (), self.stage(), stop=True)
+
+    def _bump(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+    def epoch(self) -> Epoch:
+        """A fresh epoch for the current membership and partition table."""
+        stage = self.stage()
+        if self.table is None:  # traditional PS: partitions round-robin over every live process
+            procs = sorted(self.live, key=_order)
+            server = tuple(procs[p % len(procs)] for p in range(self.n_partitions))
+            backup: tuple[str | None, ...] = (None,) * self.n_partitions
+            workers = tuple(procs)
+        else:
+            pairs = zip(self.table.active, self.table.backup, strict=True)
+            server = tuple(a if a is not None else b for a, b in pairs)
+            backup = tuple(self.table.backup)
+            on_reliable = workers_on_reliable(stage)
+            workers = tuple(sorted((self.reliable if on_reliable else []) + self.transient, key=_order))
+        return Epoch(self._bump(), workers, server, backup, stage)
+
+
+def _order(name: str) -> tuple[str, int]:
+    """r0, r1, …, t0, t1, … in numeric order (t10 after t9)."""
+    return name[0], int(name[1:])

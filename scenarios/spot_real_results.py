@@ -1,0 +1,125 @@
+"""Column contract of a real spot run's tables (``runtime.spot.run_real``; ``kind: spot_real``).
+
+Times are real seconds from the job's start (every process ready). A *clock* is one global SGD step;
+"clocks done" counts the clocks of the run's final lineage (what survived roll-backs and restarts).
+
+* ``iterations`` — one row per clock completed by every partition, in each (phase, generation):
+  ``end_s`` when its last partition applied it, ``kept`` whether it is in the final lineage (False:
+  rolled back or lost to a restart), ``workers`` the live workers that computed it, ``gap_s`` the time
+  since the previous kept clock (NaN when not kept).
+* ``progress`` — clocks done over time: a row per completion, plus one per roll-back/restart (the
+  count drops to the state it restarted from).
+* ``evictions`` — one row per eviction event: schedule (``warned_s``, ``terminate_s``), what the
+  controller did (``noticed_s`` poll, ``planned``: the recovery plan's kind, ``recovery``: what
+  happened — end_of_life_flush | stateless | effective_failure | checkpoint_rollback), the clock front
+  at the kill and the clock restarted from (``rollback_to``, -1: none), and the measurements:
+  ``lost_clocks``, ``iter_s`` (median iteration before), ``blip_s`` (the longest iteration gap around
+  the event minus the normal one), ``recover_s`` (kill → the front is regained; 0 if it never dropped),
+  ``restart_s`` (checkpoint: kill → the new processes are ready), and the simulator's prediction
+  (``pred_*``, ``runtime/spot/predict.py``).
+* ``checkpoints`` — each requested checkpoint: clock, request and completion times (NaN: abandoned).
+* ``epochs`` — every configuration the controller published (stage, workers, partition servers).
+* ``prediction`` — the simulator's predicted clocks-done curve for the same schedule.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from scenarios.results import RunResult, check_contract
+
+SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
+    "iterations": {
+        "phase": "int64",
+        "gen": "int64",
+        "clock": "int64",
+        "end_s": "float64",
+        "kept": "bool",
+        "workers": "int64",
+        "gap_s": "float64",
+    },
+    "progress": {
+        "time_s": "float64",
+        "clocks_done": "int64",
+        "phase": "int64",
+        "gen": "int64",
+        "event": "str",
+    },
+    "evictions": {
+        "event": "int64",
+        "processes": "str",
+        "warned_s": "float64",
+        "noticed_s": "float64",
+        "terminate_s": "float64",
+        "killed_s": "float64",
+        "warning_s": "float64",
+        "stage_before": "int64",
+        "workers_before": "int64",
+        "active_ps": "str",
+        "planned": "str",
+        "recovery": "str",
+        "front_clock": "int64",
+        "rollback_to": "int64",
+        "lost_clocks": "int64",
+        "iter_s": "float64",
+        "blip_s": "float64",
+        "recover_s": "float64",
+        "restart_s": "float64",
+        "pred_recovery": "str",
+        "pred_stall_s": "float64",
+        "pred_lost_clocks": "float64",
+        "pred_recover_s": "float64",
+    },
+    "checkpoints": {"phase": "int64", "clock": "int64", "requested_s": "float64", "done_s": "float64"},
+    "epochs": {
+        "phase": "int64",
+        "epoch": "int64",
+        "time_s": "float64",
+        "stage": "int64",
+        "workers": "int64",
+        "servers": "str",
+        "stop": "bool",
+    },
+    "prediction": {
+        "time_s": "float64",
+        "clock": "float64",
+        "clocks_per_s": "float64",
+        "stage": "int64",
+        "event": "str",
+    },
+}
+
+
+def to_frame(name: str, rows: list[dict]) -> pd.DataFrame:
+    """Rows as a table with exactly the contract's columns and dtypes (an empty table keeps them)."""
+    columns = SPOT_REAL_TABLES[name]
+    frame = pd.DataFrame(rows, columns=list(columns))
+    for column, dtype in columns.items():
+        frame[column] = frame[column].astype(str if dtype == "str" else dtype)
+    return frame
+
+
+def check_spot_real_tables(result: RunResult) -> None:
+    """Check a real spot run's tables against :data:`SPOT_REAL_TABLES`."""
+    check_contract(result, SPOT_REAL_TABLES, "spot_real")
+
+
+def spot_real_metrics(result: RunResult) -> dict[str, float]:
+    """Flat numbers for summary.json: progress, losses and blips, real vs the simulator's prediction."""
+    ev = result.tables["evictions"]
+    info = result.info
+    out = {
+        "final_clock": float(info["final_clock"]),
+        "predicted_final_clock": float(info["predicted_final_clock"]),
+        "clocks_per_s_initial": float(info["clocks_per_s_initial"]),
+        "final_loss": float(info["final_loss"]),
+        "max_abs_diff_vs_reference": float(info["max_abs_diff_vs_reference"]),
+        "evictions": float(len(ev)),
+        "lost_clocks": float(ev["lost_clocks"].sum()),
+        "predicted_lost_clocks": float(ev["pred_lost_clocks"].sum()),
+        "recover_s": float(ev["recover_s"].sum()),
+        "predicted_recover_s": float(ev["pred_recover_s"].sum()),
+        "max_blip_s": float(ev["blip_s"].max()) if len(ev) else 0.0,
+        "migrations": float(info.get("migrations", 0)),
+    }
+    return out

@@ -1,0 +1,211 @@
+"""The ``kind: spot_real`` scenario: AgileML (or checkpoint/restart) on real processes, with evictions.
+
+Proteus's runtime half (seed 003 §1, notes §1.6): R reliable and T transient training processes on this
+host, an MLR job (the paper's MLR app, on synthetic data), and an eviction schedule — an explicit list
+(at ``at_s`` kill these transient processes, warning ``warning_s`` before) or a replayed spot-price trace
+(a transient process is evicted when the price rises above its bid), time-compressed by
+``trace.real_s_per_trace_h``. The simulator's prediction for the same schedule uses ``prediction``.
+
+Process names: ``r0 … r{R-1}`` (reliable), ``t0 … t{T-1}`` (transient; ``t0`` started first, so it is the
+"longest-running" one AgileML prefers for ActivePSs). Every cross-field error names the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from scenarios.schema import ScenarioBase, _Strict
+
+DEFAULT_SPOT_REAL_SCENARIO = Path(__file__).with_name("spot-real-cpu.yaml")
+SPOT_REAL_PATH_FIELDS: dict[str, tuple[str, ...]] = {"trace.file": ("aws-p2-p3-us-east-1-2020",)}
+
+
+class Processes(_Strict):
+    """How many processes of each tier (one worker, and possibly a PS role, per process)."""
+
+    reliable: PositiveInt = 2
+    transient: Annotated[int, Field(ge=0)] = 6
+
+
+class MLRJob(_Strict):
+    """Multinomial logistic regression on synthetic data (seed 003 §3: the MLR app, here tiny).
+
+    One clock = one SGD step on a global batch of ``batch`` examples split over the live workers
+    (strong scaling with a constant global batch, as AgileML keeps it: dissertation ch. 4).
+    ``step_s`` emulates a machine: a worker's step takes at least ``step_s × its share / its initial
+    share``, so on a small host the processes behave like machines of one speed (0: no pacing).
+    """
+
+    features: PositiveInt = 128
+    classes: PositiveInt = 10
+    examples: PositiveInt = 4096
+    batch: PositiveInt = 512
+    lr: PositiveFloat = 0.5
+    step_s: NonNegativeFloat = 0.05
+
+
+class Eviction(_Strict):
+    """At ``at_s`` (real seconds from the job's start) kill ``processes``; warn ``warning_s`` before
+    (0: no warning — a failure)."""
+
+    at_s: PositiveFloat
+    processes: list[str] = Field(min_length=1)
+    warning_s: NonNegativeFloat = 2.0
+
+
+class TraceReplay(_Strict):
+    """Evictions from a spot-price trace: transient process ``t{i}`` bids ``bids[i]`` ($/h) at ``start``
+    and is evicted when the price of (``instance_type``, ``zone``) first exceeds it. ``real_s_per_trace_h``
+    real seconds stand for one trace hour."""
+
+    file: str = "aws-p2-p3-us-east-1-2020"
+    instance_type: str = "p3.2xlarge"
+    zone: str | None = None  # null: the trace's first zone for this type
+    start: str | None = None  # ISO time; null: the trace's first timestamp
+    bids: list[PositiveFloat] = Field(min_length=1)
+    warning_s: NonNegativeFloat = 2.0
+    real_s_per_trace_h: PositiveFloat = 60.0
+
+
+class AgileMLRuntime(_Strict):
+    """AgileML knobs (seed 003 §1.2–1.6; notes §0): thresholds, poll period, backup push cadence."""
+
+    stage2_above: PositiveFloat = 1.0
+    stage3_above: PositiveFloat = 15.0
+    poll_s: PositiveFloat = 0.1  # the elasticity controller's warning poll (paper: 5 s, compressed)
+    backup_every: PositiveInt = 5  # clocks between an ActivePS's coalesced pushes to its BackupPS
+    flush_bandwidth_mbps: PositiveFloat = 100.0  # what the recovery plan assumes for the end-of-life push
+
+
+class CheckpointRuntime(_Strict):
+    """Checkpoint/restart baseline (seed 003 §6.3): every ``interval_s`` real seconds."""
+
+    interval_s: PositiveFloat = 6.0
+
+
+class Prediction(_Strict):
+    """How the simulator's prediction is made (``runtime/spot/predict.py``).
+
+    The simulator's eviction constants are cloud seconds (``sim.spot.engine.SpotConfig``); the real run
+    is time-compressed by ``real_s_per_sim_h`` real seconds per simulated hour. The real run's own
+    parameters (eviction times, warnings, poll, checkpoint interval) are divided by that factor into
+    simulated time; the constants the real run *measures* instead (eviction stall, restart, checkpoint
+    overhead, consistent lag) take the simulator's defaults, unchanged, in simulated seconds.
+    """
+
+    real_s_per_sim_h: PositiveFloat = 60.0
+    eviction_stall_s: NonNegativeFloat = 5.0
+    restart_s: NonNegativeFloat = 300.0
+    checkpoint_overhead: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.17
+    consistent_lag_s: NonNegativeFloat = 10.0
+
+
+class SpotRealScenario(ScenarioBase):
+    """One real run: processes, job, fault tolerance, eviction schedule, prediction settings."""
+
+    kind: Literal["spot_real"]
+    processes: Processes = Processes()
+    job: MLRJob = MLRJob()
+    fault_tolerance: Literal["agileml", "checkpoint"] = "agileml"
+    duration_s: PositiveFloat = 30.0
+    evictions: list[Eviction] = Field(default_factory=list)
+    trace: TraceReplay | None = None
+    agileml: AgileMLRuntime = AgileMLRuntime()
+    checkpoint: CheckpointRuntime = CheckpointRuntime()
+    prediction: Prediction = Prediction()
+    device: Literal["cpu", "cuda"] = "cpu"
+
+    @property
+    def reliable_names(self) -> list[str]:
+        return [f"r{i}" for i in range(self.processes.reliable)]
+
+    @property
+    def transient_names(self) -> list[str]:
+        return [f"t{i}" for i in range(self.processes.transient)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpotRealScenario:
+        transient = set(self.transient_names)
+        reliable = set(self.reliable_names)
+        seen: dict[str, int] = {}
+        for i, ev in enumerate(self.evictions):
+            for name in ev.processes:
+                if name in reliable:
+                    raise ValueError(
+                        f"evictions[{i}].processes: {name} is a reliable process; only transient ones"
+                        f" ({', '.join(sorted(transient)) or 'none'}) can be evicted"
+                    )
+                if name not in transient:
+                    raise ValueError(
+                        f"evictions[{i}].processes: no process {name!r}; transient processes are"
+                        f" {', '.join(sorted(transient)) or 'none'}"
+                    )
+                if name in seen:
+                    raise ValueError(
+                        f"evictions[{i}].processes: {name} is already evicted by evictions[{seen[name]}]"
+                    )
+                seen[name] = i
+            if ev.at_s >= self.duration_s:
+                raise ValueError(
+                    f"evictions[{i}].at_s: {ev.at_s} s is not before the end of the run"
+                    f" (duration_s {self.duration_s} s)"
+                )
+            if ev.warning_s > ev.at_s:
+                raise ValueError(
+                    f"evictions[{i}].warning_s: a {ev.warning_s} s warning before at_s {ev.at_s} s would"
+                    " come before the job starts"
+                )
+        if self.trace is not None:
+            if self.evictions:
+                raise ValueError("trace: give either an eviction list (evictions) or a trace, not both")
+            if len(self.trace.bids) != self.processes.transient:
+                raise ValueError(
+                    f"trace.bids: one bid per transient process expected ({self.processes.transient}),"
+                    f" got {len(self.trace.bids)}"
+                )
+        return self
+
+
+def load_spot_real_scenario(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """Load a ``kind: spot_real`` file (default: the bundled CPU one) with ``--set``-style overrides.
+
+    Uses the shared loader's parsing and error explanation, so errors name file:line and the field,
+    exactly as ``scenarios.load.load_scenario`` does for the registered kinds.
+    """
+    from pydantic import ValidationError
+
+    from scenarios import load as L  # noqa: N812 - the shared loader's private helpers
+    from scenarios.errors import InputError
+
+    source = DEFAULT_SPOT_REAL_SCENARIO if path is None else Path(path)
+    label = str(source)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(label, f"cannot read the scenario file: {err.strerror or err}") from None
+    data, lines = L._parse(text, label)
+    overridden: dict[tuple, str] = {}
+    for item in overrides:
+        keys, value = L._parse_override(item)
+        L._apply_override(data, keys, value, item)
+        overridden[keys] = item
+    if data.get("kind") != "spot_real":
+        raise InputError(label, f"field kind: expected spot_real; got {data.get('kind')!r}")
+    L._resolve_paths(data, source.parent.resolve(), overridden, SPOT_REAL_PATH_FIELDS)
+    try:
+        scenario = SpotRealScenario.model_validate(data)
+    except ValidationError as err:
+        raise L._explain(err, data, lines, label, overridden, SpotRealScenario) from None
+    scenario._source = label
+    return scenario
+
+
+__all__ = [
+    "DEFAULT_SPOT_REAL_SCENARIO",
+    "SPOT_REAL_PATH_FIELDS",
+    "SpotRealScenario",
+    "load_spot_real_scenario",
+]
