@@ -31,6 +31,10 @@ def ops_for(kind: str) -> KindOps:
         from scenarios.results import check_tables
 
         def metrics(scenario: Any, result: RunResult) -> dict[str, float]:
+            if scenario.market is not None:  # a spot fleet: the cost is what the billing table says
+                from analysis.gavel_market import market_metrics
+
+                return market_metrics(result, scenario.cluster.gpus)
             return gavel_metrics(result, scenario.cluster.gpus, scenario.cluster.prices)
 
         return KindOps(check_tables, metrics, plot_run, has_real=True)

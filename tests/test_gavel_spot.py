@@ -305,3 +305,16 @@ def test_bad_market_input_names_the_field(tmp_path: Path) -> None:
         ["cluster.gpus_per_server=2", "market.types.v100.on_demand=2", "market.types.k80.on_demand=2"],
     )
     assert "market.types.k80.instance_type" in msg or "market.types.v100.instance_type" in msg
+
+
+def test_cli_run_of_a_spot_fleet_reports_the_billed_cost(tmp_path) -> None:
+    import json
+
+    from clustertwin.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "scenarios/gavel/spot-whatif.yaml", "--out", str(out), "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((out / "summary.json").read_text())["metrics"]
+    billed = pd.read_parquet(out / "billing.parquet")["cost_usd"].sum()
+    assert metrics["cost_usd"] == pytest.approx(billed) and billed > 0
+    assert metrics["cost_spot_usd"] + metrics["cost_on_demand_usd"] == pytest.approx(billed)
