@@ -48,6 +48,29 @@ TABLE_JSON = "validation.json"
 TABLE_MD = "validation.md"
 NO_REAL_BACKEND = "no real backend"
 
+
+@dataclass(frozen=True)
+class Experiment:
+    """A GPU experiment script (``python -m experiments.<name> run --out DIR``) whose ``DIR/results.csv``
+    holds one row per configuration (``keys`` columns) with a simulated and a real column per metric."""
+
+    keys: tuple[str, ...]
+    metrics: dict[str, tuple[str, str]]  # suite metric name -> (sim column, real column)
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    "flexrr_gpu": Experiment(
+        ("mode",), {"time_per_iteration_s": ("sim_time_per_iteration_s", "real_time_per_iteration_s")}
+    ),
+    "pipedream_gpu": Experiment(
+        ("gpus", "schedule"),
+        {
+            "samples_per_s": ("sim_samples_per_s", "real_samples_per_s"),
+            "peak_gib": ("sim_peak_gib", "real_peak_gib"),
+        },
+    ),
+}
+
 # Gavel's compared metrics: the names a suite entry uses -> the (sim, real) fields of analysis/compare.py.
 _GAVEL_COMPARED = {
     "avg_jct_s": ("avg_jct_sim_s", "avg_jct_real_s"),
@@ -63,7 +86,8 @@ class _CaseSpec(BaseModel):
     scenario: str
     overrides: list[str] = Field(default_factory=list)
     metrics: list[str] = Field(min_length=1)
-    runner: Literal["twin", "gavel_gpu_experiment"] = "twin"
+    runner: Literal["twin", "gavel_gpu_experiment", "gpu_experiment"] = "twin"
+    experiment: str | None = None  # runner gpu_experiment: a key of EXPERIMENTS
 
 
 class _SuiteSpec(BaseModel):
@@ -83,6 +107,7 @@ class Case:
     metrics: tuple[str, ...]
     runner: str
     scenario: AnyScenario
+    experiment: str | None = None
 
     @property
     def kind(self) -> str:
@@ -90,7 +115,10 @@ class Case:
 
     @property
     def label(self) -> str:
-        """The table's scenario column: the scenario's name and its overrides."""
+        """The table's scenario column: the scenario's name and its overrides (for a GPU experiment
+        script, which builds its own scenarios from a base file: the script)."""
+        if self.runner == "gpu_experiment":
+            return f"experiments/{self.experiment}.py"
         extra = f" ({', '.join(self.overrides)})" if self.overrides else ""
         return f"{self.scenario.name}{extra}"
 
@@ -104,6 +132,7 @@ class Case:
                 "overrides": list(self.overrides),
                 "metrics": list(self.metrics),
                 "runner": self.runner,
+                "experiment": self.experiment,
                 "source": source,
             },
             sort_keys=True,
@@ -140,6 +169,8 @@ def load_suite(path: Path, backend: str) -> list[Case]:
         scenario = load_scenario(scenario_path, entry.overrides)
         if entry.runner == "gavel_gpu_experiment":
             _check_experiment_case(entry, scenario, f"{label}: field {backend}.{i}")
+        if entry.runner == "gpu_experiment":
+            _check_gpu_experiment(entry, f"{label}: field {backend}.{i}")
         cases.append(
             Case(
                 entry.name,
@@ -148,6 +179,7 @@ def load_suite(path: Path, backend: str) -> list[Case]:
                 tuple(entry.metrics),
                 entry.runner,
                 scenario,
+                entry.experiment,
             )
         )
     return cases
@@ -163,6 +195,20 @@ def _check_experiment_case(entry: _CaseSpec, scenario: AnyScenario, where: str) 
     unknown = [name for name in entry.metrics if name not in _GAVEL_COMPARED]
     if unknown:
         raise InputError(where, f"the GPU experiment compares {', '.join(_GAVEL_COMPARED)}; not {unknown}")
+
+
+def _check_gpu_experiment(entry: _CaseSpec, where: str) -> None:
+    if entry.experiment not in EXPERIMENTS:
+        raise InputError(
+            f"{where}.experiment",
+            f"runner gpu_experiment needs one of {', '.join(EXPERIMENTS)}; got {entry.experiment}",
+        )
+    if entry.overrides:
+        raise InputError(f"{where}.overrides", "a GPU experiment builds its own scenarios; no overrides")
+    known = EXPERIMENTS[entry.experiment].metrics
+    unknown = [name for name in entry.metrics if name not in known]
+    if unknown:
+        raise InputError(f"{where}.metrics", f"{entry.experiment} compares {', '.join(known)}; not {unknown}")
 
 
 def check_out(out: Path) -> None:
@@ -288,8 +334,12 @@ def _collect(out: Path, cases: list[Case]) -> list[dict[str, Any]]:
 
 
 def _run_case(case: Case, case_dir: Path, step: ProgressCallback, from_dir: Path | None) -> dict[str, Any]:
+    if from_dir is not None and (from_dir / case.name).is_dir():
+        from_dir = from_dir / case.name  # a whole GPU suite's folder: one subfolder per case
     if case.runner == "gavel_gpu_experiment":
         return _run_gpu_experiment(case, case_dir, step, from_dir)
+    if case.runner == "gpu_experiment":
+        return _run_experiment_script(case, case_dir, step, from_dir)
     return _run_twin(case, case_dir, step)
 
 
@@ -421,6 +471,48 @@ def _run_gpu_experiment(
         "jobs_compared": figures.get("jobs_compared"),
         "source": "read from --from" if from_dir is not None else "ran experiments/gavel_gpu_fidelity.py",
     }
+
+
+def _run_experiment_script(
+    case: Case, case_dir: Path, step: ProgressCallback, from_dir: Path | None
+) -> dict[str, Any]:
+    """Read (or produce, with ``python -m experiments.<name> run``) a GPU experiment's ``results.csv``:
+    one row per configuration and metric, named ``<configuration> <metric>``."""
+    import pandas as pd
+
+    from analysis.compare import relative_error
+
+    name = case.experiment or ""
+    spec = EXPERIMENTS[name]
+    work = (from_dir or case_dir / "work").resolve()
+    table = work / "results.csv"
+    if not table.is_file():
+        if from_dir is not None:
+            raise InputError(str(from_dir), f"no results.csv of experiment {name} there")
+        step(0.0, f"GPU experiment {name}")
+        _experiment_module(name, "run", "--out", str(work))
+        if not table.is_file():
+            raise RuntimeError(f"experiments.{name} run wrote no {table}")
+    frame = pd.read_csv(table)
+    rows = []
+    for _, row in frame.iterrows():
+        config = " ".join(f"{key}={row[key]}" for key in spec.keys)
+        for metric in case.metrics:
+            sim_col, real_col = spec.metrics[metric]
+            s, r = _number(row[sim_col]), _number(row[real_col])
+            rows.append(_row(f"{config} {metric}", s, r, relative_error(s, r)))
+    return {
+        "status": "ok",
+        "rows": rows,
+        "results_csv": str(table),
+        "source": "read from --from" if from_dir is not None else f"ran experiments/{name}.py",
+    }
+
+
+def _experiment_module(name: str, *args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", f"experiments.{name}", *args], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"experiments.{name} {args[0]} exited with status {done.returncode}")
 
 
 def _experiment(*args: str) -> None:

@@ -6,16 +6,18 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import runtime
 import sim
 from clustertwin import fidelity
 from clustertwin.cli import main
+from scenarios.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEXRR = ROOT / "scenarios" / "validation" / "flexrr-real-cpu.yaml"
-GPU_RESULTS = ROOT / "docs" / "results" / "gavel-gpu-2026-11-26"
+GPU_RESULTS = ROOT / "docs" / "results" / "gpu-2026-11-26"
 # A real run of a few seconds: 4 worker processes, 2 iterations of 40 items at 0.25 s each.
 TINY = ["iterations=2", "items_per_worker=40", "iteration_s=0.25", "rr.message_checks=4"]
 
@@ -117,12 +119,22 @@ def test_gpu_suite_reads_an_existing_experiment_folder(tmp_path: Path, capsys) -
     out = tmp_path / "gpu"
     argv = ["validate", "--backend", "gpu", "--from", str(GPU_RESULTS), "--out", str(out), "--quiet"]
     assert main(argv) == 0
-    rows = {r["metric"]: r for r in rows_of(out)}
+    every = rows_of(out)
+    rows = {r["metric"]: r for r in every if r["case"] == "gavel-las-gpu"}
     assert set(rows) == {"avg_jct_s", "makespan_s", "utilisation"}
     assert rows["avg_jct_s"]["error"] == pytest.approx(-0.350, abs=5e-4)
     assert rows["makespan_s"]["error"] == pytest.approx(-0.297, abs=5e-4)
     assert rows["makespan_s"]["real"] == pytest.approx(1421.9, abs=0.1)
     assert "-35.0%" in (out / fidelity.TABLE_MD).read_text()
+    # The other experiments' rows come from their results.csv, one per configuration and metric.
+    flexrr = pd.read_csv(GPU_RESULTS / "flexrr-gpu" / "results.csv").set_index("mode")
+    got = {r["metric"]: r for r in every if r["case"] == "flexrr-gpu"}
+    assert set(got) == {f"mode={m} time_per_iteration_s" for m in flexrr.index}
+    row = got["mode=flexrr time_per_iteration_s"]
+    assert row["real"] == pytest.approx(flexrr.loc["flexrr", "real_time_per_iteration_s"])
+    assert row["error"] == pytest.approx(flexrr.loc["flexrr", "sim_rel_error"])
+    pipedream = [r for r in every if r["case"] == "pipedream-gpu"]
+    assert len(pipedream) == 2 * len(pd.read_csv(GPU_RESULTS / "pipedream-gpu" / "results.csv"))
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -136,8 +148,25 @@ def test_bundled_suite_lists_the_cases() -> None:
     assert {c.kind for c in cpu} == {"gavel", "flexrr", "psld"} and len({c.name for c in cpu}) == len(cpu)
     assert [c.scenario.mode for c in cpu if c.kind == "flexrr"] == ["bsp", "flexrr"]
     assert [c.scenario.policy for c in cpu if c.kind == "psld"] == ["mxnet", "psld"]
-    (gpu,) = fidelity.load_suite(fidelity.SUITE, "gpu")
-    assert gpu.runner == "gavel_gpu_experiment" and gpu.scenario.policy.name == "las"
+    gpu = {c.name: c for c in fidelity.load_suite(fidelity.SUITE, "gpu")}
+    assert gpu["gavel-las-gpu"].runner == "gavel_gpu_experiment"
+    assert gpu["gavel-las-gpu"].scenario.policy.name == "las"
+    assert {c.experiment for c in gpu.values() if c.runner == "gpu_experiment"} >= {
+        "flexrr_gpu",
+        "pipedream_gpu",
+    }
+
+
+def test_an_unknown_gpu_experiment_or_metric_is_refused(tmp_path: Path) -> None:
+    base = "  - {name: x, scenario: %s, runner: gpu_experiment, experiment: %s, metrics: [%s]}\n"
+    for experiment, metric, field in [
+        ("nope", "time_per_iteration_s", "experiment"),
+        ("flexrr_gpu", "jct", "metrics"),
+    ]:
+        suite = tmp_path / f"{experiment}-{metric}.yaml"
+        suite.write_text("gpu:\n" + base % (FLEXRR, experiment, metric))
+        with pytest.raises(InputError, match=f"gpu.0.{field}"):
+            fidelity.load_suite(suite, "gpu")
 
 
 @pytest.mark.parametrize("path", [FLEXRR, ROOT / "scenarios" / "gavel-real-cpu.yaml"])
@@ -242,12 +271,19 @@ def test_gpu_suite_without_from_runs_the_experiment(tmp_path: Path, monkeypatch:
     def experiment(step: str, flag: str, work: str, *rest: str) -> None:
         calls.append((step, *rest))
         folder = "real-las" if step == "run" else "compare-las"
-        shutil.copytree(GPU_RESULTS / folder, Path(work) / folder)
+        shutil.copytree(GPU_RESULTS / "gavel-las-gpu" / folder, Path(work) / folder)
+
+    def script(name: str, step: str, flag: str, work: str) -> None:
+        calls.append((name, step))
+        case = {"flexrr_gpu": "flexrr-gpu", "pipedream_gpu": "pipedream-gpu"}[name]
+        shutil.copytree(GPU_RESULTS / case, work)
 
     monkeypatch.setattr(fidelity, "_experiment", experiment)
+    monkeypatch.setattr(fidelity, "_experiment_module", script)
     out = tmp_path / "gpu"
     assert main(["validate", "--backend", "gpu", "--out", str(out), "--quiet"]) == 0
-    assert calls == [("run", "--policies", "las"), ("compare",)]
+    assert calls[:2] == [("run", "--policies", "las"), ("compare",)]
+    assert ("flexrr_gpu", "run") in calls and ("pipedream_gpu", "run") in calls
     assert (out / "cases" / "gavel-las-gpu" / "work" / "real-las" / "summary.json").is_file()
-    errors = [r["error"] for r in rows_of(out)]
+    errors = [r["error"] for r in rows_of(out) if r["case"] == "gavel-las-gpu"]
     assert errors == pytest.approx([-0.350, -0.297, -0.044], abs=5e-4)
