@@ -51,6 +51,19 @@ class PSCosts(_Strict):
     reassign_fixed_s: NonNegativeFloat = 0.3  # worker synchronisation and map broadcast
     algo_s_per_block_server: NonNegativeFloat = 1e-4  # Alg. 3 runtime per block per PS
     timing_noise: NonNegativeFloat = 0.2  # lognormal sigma of each block timing sample (RPC jitter)
+    # None: the model's per-layer profile, each layer's blocks pushed as its backward pass ends. A value:
+    # every worker computes this long, then pushes every block at once, as the real runtime's workers
+    # do (a calibration sets it from a profiling run's measured compute; docs/psld.md).
+    worker_compute_s: NonNegativeFloat | None = None
+
+
+class PSLDRuntime(_Strict):
+    """How ``--backend real`` runs the workers (the simulator ignores this section)."""
+
+    device: Literal["cpu", "cuda"] = "cpu"  # cuda: worker w computes on cuda:(w mod #GPUs); PSs stay CPU
+    # toy: a closed-form elementwise gradient; linear: the gradient of a linear layer whose weights are the
+    # model's parameters, over a synthetic minibatch of batch_size samples (real matmul work for a GPU)
+    gradient: Literal["toy", "linear"] = "toy"
 
 
 class PSLDParams(_Strict):
@@ -126,6 +139,7 @@ class PSLDScenario(ScenarioBase):
     stragglers: list[Straggler] = Field(default_factory=list)
     regimes: Regimes | None = None
     removals: list[Removal] = Field(default_factory=list)
+    runtime: PSLDRuntime = PSLDRuntime()
 
     @field_validator("model")
     @classmethod

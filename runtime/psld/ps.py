@@ -5,7 +5,10 @@ worker pushes each block's gradient to the block's owner (tag = block id); an ow
 worker order (so the sum does not depend on which PS owns the block), then in vanilla mode applies SGD
 with momentum to the parameters it holds and sends the new parameters back, or in BytePS mode sends the
 sum back and the workers apply SGD. Workers time each block from push issue to pull completion and
-report (server, bytes, seconds) samples.
+report (server, bytes, seconds) samples. A worker computes its gradient on the CPU or on its GPU
+(``Job.device``; parameters in, gradient out over the host, as gloo moves host memory), either the
+closed-form toy or a linear layer's gradient over a synthetic minibatch (``Job.gradient``). A throttled
+PS emulates a capped NIC, each direction paced concurrently (``run_server``).
 
 Re-sharding (seed 002, §5 and Figs. 9-10): at every iteration boundary the scheduler broadcasts the plan
 (``PREPARE(map_v+1, k*)``) to all ranks; the broadcast is also the point where every rank is blocked. At
@@ -18,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -28,7 +31,7 @@ from policies.psld.blocks import Block
 from policies.psld.migration import migrations
 from policies.psld.profiling import Sample
 from policies.psld.scheduler import PSLDScheduler, SchedulerConfig
-from runtime.psld.throttle import TokenBucket
+from runtime.psld.throttle import Link, TokenBucket
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,19 @@ class Job:
     plans: dict[int, tuple[int, ...]]
     lr: float = 0.05
     momentum: float = 0.9
-    throttle: dict[int, float] | None = None  # server -> bytes/s
+    throttle: dict[int, float] | None = None  # server -> NIC cap in bytes/s, each direction (notes §7.2)
     report_every: int = 0  # > 0: closed loop, PSLD's scheduler on rank 0 decides from live samples
     scheduler: SchedulerConfig | None = None
     seed: tuple[int, ...] = (0,)  # the scheduler's random stream (the simulator's, for a scenario)
+    cpu_throttle: dict[int, float] | None = None  # server -> summing rate in bytes/s (a CPU straggler)
+    device: str = "cpu"  # cpu | cuda: where workers compute gradients (PSs are always CPU processes)
+    gradient: str = "toy"  # toy: closed form | linear: a linear layer's gradient over a synthetic batch
+    batch: int = 32  # samples per worker minibatch of the linear gradient
+    # > 0: rank 0 ends the run at the first PREPARE at least this many seconds after it started (and
+    # after at least ``min_iterations``); ``iterations`` is then only a cap. A count fixed in advance
+    # cannot know that PSLD will make the iterations several times shorter after its first decision.
+    stop_after_s: float = 0.0
+    min_iterations: int = 0
 
 
 def _slice(block: Block) -> slice:
@@ -61,8 +73,67 @@ def initial_params(numel: int) -> torch.Tensor:
 
 def gradient(params: torch.Tensor, worker: int, k: int) -> torch.Tensor:
     """A deterministic, worker- and step-dependent gradient of a toy quadratic loss."""
-    idx = torch.arange(params.numel(), dtype=torch.float64)
+    idx = torch.arange(params.numel(), dtype=torch.float64, device=params.device)
     return params * (1.0 + 0.1 * worker) + torch.sin(idx * 0.01 + k + worker)
+
+
+LINEAR_FEATURES = 64  # input features of the linear layer whose weights are the parameter vector
+
+
+def linear_gradient(params: torch.Tensor, worker: int, k: int, batch: int) -> torch.Tensor:
+    """Gradient of a linear layer's least-squares loss over a synthetic minibatch (real matmul work).
+
+    The flat parameter vector (zero-padded to a multiple of ``LINEAR_FEATURES``) is the weight matrix
+    ``P`` of shape (F, n/F). Worker ``worker``'s minibatch at step ``k`` is ``batch`` inputs ``X`` (B x F,
+    rows of norm <= 1) and targets ``Y``; the loss is ||X P - Y||^2 / 2B, so the gradient is
+    X^T (X P - Y) / B: 4·B·n floating-point operations, on whatever device ``params`` lives. Inputs are
+    closed forms (no random generator), so the gradient depends only on (params, worker, k, batch) and
+    the device's kernels: on one device it is bitwise reproducible under deterministic algorithms. Each
+    worker's curvature X^T X / B has norm <= 1, so SGD on the sum of W gradients stays stable at lr·W < 3.8.
+    """
+    n, f = params.numel(), LINEAR_FEATURES
+    cols = -(-n // f)
+    padded = torch.zeros(f * cols, dtype=params.dtype, device=params.device)
+    padded[:n] = params
+    i = torch.arange(batch, dtype=params.dtype, device=params.device)[:, None]
+    j = torch.arange(f, dtype=params.dtype, device=params.device)[None, :]
+    x = torch.sin(0.7 * (i + 1.0) * (j + 1.0) + k + 0.5 * worker) / f**0.5
+    y = torch.cos(i + k + worker)  # (B, 1), broadcast over the output columns
+    residual = x @ padded.view(f, cols) - y
+    return (x.T @ residual).view(-1)[:n] / batch
+
+
+def worker_device(job: Job, worker: int) -> torch.device:
+    """Worker ``worker``'s compute device: ``cuda:<worker mod #GPUs>`` (one GPU per worker, round-robin
+    if there are fewer GPUs than workers) or the CPU."""
+    if job.device == "cuda":
+        return torch.device(f"cuda:{worker % torch.cuda.device_count()}")
+    return torch.device("cpu")
+
+
+def deterministic_cuda() -> None:
+    """Make cuBLAS reproducible bit for bit (the parameter-identity check compares runs on the GPUs).
+
+    cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` when its handle is created, so this runs before the first
+    CUDA call of a process; ``use_deterministic_algorithms`` then refuses any op without a deterministic
+    kernel instead of silently changing the bits."""
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+
+
+def compute_gradient(
+    params: torch.Tensor, worker: int, k: int, job: Job, device: torch.device
+) -> torch.Tensor:
+    """Worker ``worker``'s gradient at step ``k`` on ``device``, returned on the host as a contiguous
+    float64 vector (gloo moves host memory: a GPU worker copies its parameters in and its gradient out,
+    as a GPU worker of a CPU parameter server does)."""
+    p = params if device.type == "cpu" else params.to(device)
+    g = gradient(p, worker, k) if job.gradient == "toy" else linear_gradient(p, worker, k, job.batch)
+    if device.type != "cpu":
+        g = g.cpu()  # a blocking device-to-host copy: the GPU's work is done when it returns
+    return g.contiguous()
 
 
 def _sgd(p: torch.Tensor, m: torch.Tensor, g: torch.Tensor, job: Job) -> None:
@@ -75,6 +146,7 @@ class Control:
 
     def __init__(self, job: Job) -> None:
         self.job = job
+        self.started = time.monotonic()
         self.owners = tuple(job.owners)
         self.decisions: list[tuple[int, str]] = []
         # Every decision with the profile it was made on: (k, wall clock, decision, {server: profile}).
@@ -111,10 +183,11 @@ Marks = list[tuple[int, float, float]]  # (k, arrived at PREPARE k, released), t
 
 def _plan(
     rank: int, job: Job, k: int, mine: list[Sample], control: Control | None, marks: Marks | None = None
-) -> tuple[int, ...] | None:
+) -> tuple[tuple[int, ...] | None, bool]:
     """PREPARE for iteration ``k``: every rank blocks here; in closed loop the workers' samples of the
-    last reporting period are gathered on rank 0 first, and the scheduler's decision is broadcast.
-    ``marks`` (if given) gets when this rank arrived and was released: the iteration boundaries."""
+    last reporting period are gathered on rank 0 first, and the scheduler's decision is broadcast with
+    whether the run ends here (``Job.stop_after_s``; then iteration ``k`` does not run). ``marks`` (if
+    given) gets when this rank arrived and was released for every iteration that runs: its boundaries."""
     arrived = time.monotonic()
     samples: list[Sample] = []
     if job.report_every > 0 and k > 0 and k % job.report_every == 0:
@@ -123,20 +196,55 @@ def _plan(
         mine.clear()
         if parts is not None:
             samples = [x for part in parts for x in part]
-    box = [control.plan(k, samples) if control is not None else None]
+    box: list = [None]
+    if control is not None:
+        stop = (
+            job.stop_after_s > 0
+            and k >= job.min_iterations
+            and time.monotonic() - control.started >= job.stop_after_s
+        )
+        box = [(None if stop else control.plan(k, samples), stop)]
     dist.broadcast_object_list(box, src=0)
-    if marks is not None:
+    new, stop = box[0]
+    if marks is not None and not stop:
         marks.append((k, arrived, time.monotonic()))
-    return box[0]
+    return new, stop
+
+
+@dataclass
+class ServerStats:
+    """What a PS measures about itself (the simulator's PS CPU costs, and the re-sharding pause).
+
+    ``sum_bytes``/``sum_s``: push bytes summed and the seconds it took (the simulator's summing rate per
+    core: a PS is one process on one thread); ``update_bytes``/``update_s``: the same for the vanilla
+    optimizer; ``migration_s``: per reassignment, (k*, seconds from the PREPARE release to this PS's last
+    migrated block)."""
+
+    sum_bytes: float = 0.0
+    sum_s: float = 0.0
+    update_bytes: float = 0.0
+    update_s: float = 0.0
+    migration_s: list[tuple[int, float]] = field(default_factory=list)
 
 
 def run_server(
-    rank: int, job: Job, marks: Marks | None = None
+    rank: int, job: Job, marks: Marks | None = None, stats: ServerStats | None = None
 ) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], Control | None]:
     """Serve until the last iteration; returns the blocks (params, momentum) held at the end and, on
-    rank 0, the scheduler's record."""
+    rank 0, the scheduler's record.
+
+    A throttled PS emulates a NIC of ``job.throttle[rank]`` bytes/s in each direction (seed 002 §6.1
+    caps links with ``tc``; notes §7.2: the cap is applied in the application because ``tc`` needs
+    NET_ADMIN and does nothing on loopback): the ingress ``Link`` releases each push to the PS no
+    earlier than the capped link would deliver it, the egress ``Link`` paces every pull (and migration)
+    the PS sends, and both run concurrently, so the PS receives block b+1 while block b's pulls leave,
+    as on a full-duplex NIC. Pushes are taken block by block, each block's W pushes in worker order,
+    which is how a fair link interleaves W workers that all push the blocks in the same order. A CPU
+    straggler instead paces the summing (``job.cpu_throttle``)."""
     control = Control(job) if rank == 0 else None
-    bucket = TokenBucket((job.throttle or {}).get(rank))
+    nic = (job.throttle or {}).get(rank)
+    ingress, egress = Link(nic), Link(nic)
+    cpu = TokenBucket((job.cpu_throttle or {}).get(rank))
     params0 = initial_params(job.numel)
     owners = list(job.owners)
     held = {
@@ -144,49 +252,119 @@ def run_server(
         for b in job.blocks
         if owners[b.id] == rank
     }
-    for k in range(job.iterations):
-        new = _plan(rank, job, k, [], control, marks)
-        if new is not None:
-            if job.mode == "vanilla":
-                for b, src, dst in migrations(owners, new):
-                    if src == rank:
-                        p, m = held.pop(b)
-                        dist.send(torch.stack([p, m]), dst)
-                    elif dst == rank:
-                        buf = torch.empty(2, job.blocks[b].nbytes // 8, dtype=torch.float64)
-                        dist.recv(buf, src)
-                        held[b] = (buf[0].clone(), buf[1].clone())
-            owners = list(new)
-        mine = [b for b in job.blocks if owners[b.id] == rank]
-        bufs = {
-            (b.id, w): torch.empty(b.nbytes // 8, dtype=torch.float64)
-            for b in mine
-            for w in range(job.workers)
-        }
-        reqs = [
-            dist.irecv(bufs[(b.id, w)], job.servers + w, tag=b.id) for b in mine for w in range(job.workers)
-        ]
-        for r in reqs:
-            r.wait()
-        out = []
-        for b in mine:
-            total = bufs[(b.id, 0)].clone()
-            for w in range(1, job.workers):
-                total += bufs[(b.id, w)]
-            bucket.take(b.nbytes * job.workers)
-            if job.mode == "vanilla":
-                p, m = held[b.id]
-                _sgd(p, m, total, job)
-                total = p
-            for w in range(job.workers):
-                out.append(dist.isend(total.clone(), job.servers + w, tag=b.id))
-        for r in out:
-            r.wait()
+    # The emulated NIC's two directions and the PS's CPU are three concurrent stages, as in the
+    # simulator: a receiver thread takes the pushes through the ingress link, the main thread sums
+    # (and updates), a sender thread paces the pulls through the egress link.
+    with ThreadPoolExecutor(max_workers=1) as receiver, ThreadPoolExecutor(max_workers=1) as sender:
+        for k in range(job.iterations):
+            new, stop = _plan(rank, job, k, [], control, marks)
+            if stop:
+                break
+            if new is not None:
+                released = time.perf_counter()
+                if job.mode == "vanilla":
+                    _migrate(rank, job, owners, new, held, ingress, egress)
+                    if stats is not None:
+                        stats.migration_s.append((k, time.perf_counter() - released))
+                owners = list(new)
+            mine = [b for b in job.blocks if owners[b.id] == rank]
+            bufs = {
+                (b.id, w): torch.empty(b.nbytes // 8, dtype=torch.float64)
+                for b in mine
+                for w in range(job.workers)
+            }
+            reqs = {
+                (b.id, w): dist.irecv(bufs[(b.id, w)], job.servers + w, tag=b.id)
+                for b in mine
+                for w in range(job.workers)
+            }
+            posted = time.monotonic()  # no push of this iteration can arrive before this
+            arrivals = [receiver.submit(_receive_pushes, job, b, reqs, ingress, posted) for b in mine]
+            pending = []
+            for b, arrived in zip(mine, arrivals, strict=True):
+                arrived.result()
+                cpu.take(b.nbytes * job.workers)  # a CPU straggler sums at its reduced rate
+                t0 = time.perf_counter()
+                total = bufs[(b.id, 0)].clone()
+                for w in range(1, job.workers):
+                    total += bufs[(b.id, w)]
+                t1 = time.perf_counter()
+                if job.mode == "vanilla":
+                    p, m = held[b.id]
+                    _sgd(p, m, total, job)
+                    total = p.clone()
+                if stats is not None:
+                    stats.sum_bytes += b.nbytes * job.workers
+                    stats.sum_s += t1 - t0
+                    if job.mode == "vanilla":
+                        stats.update_bytes += b.nbytes
+                        stats.update_s += time.perf_counter() - t1
+                pending.append(sender.submit(_send_pulls, job, b, total, egress, time.monotonic()))
+            for future in pending:
+                for work in future.result():
+                    work.wait()
     return held, control
 
 
-def run_worker(rank: int, job: Job, marks: Marks | None = None) -> tuple[torch.Tensor, list[Sample]]:
-    """Train; returns the final parameters and the block timing samples.
+BLOCKED_S = 1e-3  # a wait longer than this means the push was not there yet: it arrived as wait returned
+
+
+def _receive_pushes(job: Job, block: Block, reqs: dict, ingress: Link, posted: float) -> None:
+    """Take one block's W pushes, in worker order, each once the ingress link has carried its bytes.
+
+    A push that was already there when the wait began continues the link's back-to-back stream (its
+    start is the link's own clock, at least ``posted``); one that was waited for was ready when it
+    arrived. gloo fills the posted receive buffers at loopback speed, far above any cap, so the
+    arrival of a push stands for the moment its sender started it."""
+    for w in range(job.workers):
+        t0 = time.monotonic()
+        reqs[(block.id, w)].wait()
+        t1 = time.monotonic()
+        ingress.carry(block.nbytes, t1 if t1 - t0 > BLOCKED_S else posted)
+
+
+def _send_pulls(job: Job, block: Block, total: torch.Tensor, egress: Link, ready: float) -> list:
+    """Send one block's pull to every worker, each after the egress link has carried its bytes (the
+    block was ready at ``ready``, when its sum, or update, was done)."""
+    works = []
+    for w in range(job.workers):
+        egress.carry(block.nbytes, ready)
+        works.append(dist.isend(total, job.servers + w, tag=block.id))
+    return works
+
+
+def _migrate(
+    rank: int,
+    job: Job,
+    owners: Sequence[int],
+    new: Sequence[int],
+    held: dict[int, tuple[torch.Tensor, torch.Tensor]],
+    ingress: Link,
+    egress: Link,
+) -> None:
+    """Vanilla re-sharding (§5.2): move the moved blocks' parameters and momentum, in one global block
+    order so every blocking send meets its receive; the bytes cross the NICs' links like any other. A
+    receive streams from the moment it is posted, so a capped sender and a capped receiver overlap
+    (the pair runs at the slower cap, not at the sum of both times)."""
+    for b, src, dst in migrations(owners, new):
+        if src == rank:
+            p, m = held.pop(b)
+            state = torch.stack([p, m])
+            egress.carry(state.numel() * 8, time.monotonic())
+            dist.send(state, dst)
+        elif dst == rank:
+            buf = torch.empty(2, job.blocks[b].nbytes // 8, dtype=torch.float64)
+            posted = time.monotonic()
+            dist.recv(buf, src)
+            ingress.carry(buf.numel() * 8, posted)
+            held[b] = (buf[0].clone(), buf[1].clone())
+
+
+def run_worker(
+    rank: int, job: Job, marks: Marks | None = None, compute_s: list[float] | None = None
+) -> tuple[torch.Tensor, list[Sample]]:
+    """Train; returns the final parameters and the block timing samples (and appends each iteration's
+    gradient computation time, host-to-device and device-to-host copies included, to ``compute_s``).
 
     A block's sample ends when *its* pull completes. Waiting on the pulls in block order would time a
     fast PS's block queued behind a throttled PS's block as slow as that one, and PSLD would never see
@@ -194,6 +372,9 @@ def run_worker(rank: int, job: Job, marks: Marks | None = None) -> tuple[torch.T
     PS sends them, and stamps each (gloo's ``is_completed`` only turns true inside ``wait``).
     """
     w = rank - job.servers
+    if job.device == "cuda":
+        deterministic_cuda()
+    device = worker_device(job, w)
     params = initial_params(job.numel)
     momentum = torch.zeros_like(params)
     owners = list(job.owners)
@@ -201,10 +382,15 @@ def run_worker(rank: int, job: Job, marks: Marks | None = None) -> tuple[torch.T
     period: list[Sample] = []
     with ThreadPoolExecutor(max_workers=job.servers) as pool:
         for k in range(job.iterations):
-            new = _plan(rank, job, k, period, None, marks)
+            new, stop = _plan(rank, job, k, period, None, marks)
+            if stop:
+                break
             if new is not None:
                 owners = list(new)
-            grad = gradient(params, w, k)
+            t0 = time.perf_counter()
+            grad = compute_gradient(params, w, k, job, device)
+            if compute_s is not None:
+                compute_s.append(time.perf_counter() - t0)
             issued = {}
             sends = []
             for b in job.blocks:
@@ -242,11 +428,14 @@ def _wait_in_order(works: list) -> dict[int, float]:
 
 
 def reference(job: Job) -> torch.Tensor:
-    """The same training computed serially (what every worker must end with)."""
+    """The same training computed serially, with no PS and no reassignment (what every worker must end
+    with). Each worker's gradient is computed on that worker's device, so a GPU job's reference makes
+    the same kernel calls on the same GPU models as its workers (call ``deterministic_cuda`` first)."""
     params = initial_params(job.numel)
     momentum = torch.zeros_like(params)
+    devices = [worker_device(job, w) for w in range(job.workers)]
     for k in range(job.iterations):
-        grads = [gradient(params, w, k) for w in range(job.workers)]
+        grads = [compute_gradient(params, w, k, job, devices[w]) for w in range(job.workers)]
         total = grads[0].clone()
         for g in grads[1:]:
             total += g

@@ -14,29 +14,37 @@ What maps onto the runtime:
   ``psld.report_every`` iterations rank 0 gathers the workers' live block timings and
   ``policies.psld.PSLDScheduler`` (the simulator's scheduler, same ``SchedulerConfig``) decides; its
   random stream is the simulator's (seed, 2).
-* **Stragglers**: a ``bandwidth`` straggler caps its PS's token bucket at ``value`` Gbit/s of pushed
-  bytes; a ``cpu`` straggler sleeps in the same bucket at the simulator's summing rate for ``value``
-  cores (``value x costs.sum_gbytes_per_core_s`` GB/s). Both hold for the whole run.
-* **Length**: the job's iteration count is fixed before it starts (every rank loops over it), so a
-  1-iteration probe of the same job (same layout, same throttles) runs first in the same process group
-  and rank 0 sets ``iterations = ceil(duration_s / probe iteration time)``, at least two reporting
-  periods plus one iteration (so a decision is followed by measured iterations). The probe's iteration
-  also pays the process group's first-touch costs, so the count errs low. The probe is not in the
-  tables; ``info["probe_iteration_s"]`` records it.
+* **Stragglers**: a ``bandwidth`` straggler caps its PS's emulated NIC at ``value`` Gbit/s in each
+  direction (pushes in, pulls and migrations out, concurrently: ``ps.run_server``), as the simulator caps
+  that PS's link (seed 002 §6.1's ``tc`` cap); a ``cpu`` straggler paces the PS's summing at the
+  simulator's rate for ``value`` cores (``value x costs.sum_gbytes_per_core_s`` GB/s). Both hold for the
+  whole run.
+* **Workers** (``runtime:``): ``device: cuda`` puts worker w's gradient on ``cuda:(w mod #GPUs)``, with
+  its parameters copied in and its gradient copied out for gloo each iteration (the PSs stay CPU
+  processes); ``gradient: linear`` computes a linear layer's gradient over a minibatch of the model's
+  batch size (``ps.linear_gradient``) instead of the closed-form toy.
+* **Length**: rank 0 ends the run at the first PREPARE at least ``duration_s`` after it started, and
+  after at least two reporting periods plus one iteration (so a decision is followed by measured
+  iterations); the stop travels with the PREPARE broadcast, so every rank stops at the same iteration.
+  (A count fixed in advance from a probe cannot know that PSLD will make the iterations several times
+  shorter after its first decision.) A 1-iteration probe of the same job runs first in the same process
+  group to pay the first-touch costs; it is not in the tables, and ``info["probe_iteration_s"]`` records
+  it.
 * **Timing samples**: ``ps.run_worker`` times each block to its own pull (see there why); the PREPARE
   barrier's arrival and release times (``ps.Marks``) give the iterations' boundaries.
 
 Refused with an ``InputError`` naming the field: ``cluster.standby`` (no standby-PS activation, so no
 scale-out), ``removals`` (no DEL_SERVER), ``regimes`` and stragglers that start after 0 or end (the
-throttle is fixed per run), two stragglers on one PS (one bucket per PS), more workers than twice the
-CPU cores (FlexRR's rule; the PSs mostly wait on sockets or sleep in their bucket and are not counted
-there) and more processes in all than four times the cores. Link speeds, ``server_cores``, ``colocate``,
-``costs`` and the model's compute times are simulator parameters: the real run has loopback TCP, this
-host's cores and the runtime's closed-form toy gradient instead of the model's forward/backward.
+throttle is fixed per run), two stragglers on one PS (one throttle per PS), more workers than twice the
+CPU cores (FlexRR's rule; the PSs mostly wait on sockets or sleep in their throttle and are not counted
+there), more processes in all than four times the cores, and ``runtime.device: cuda`` without a GPU.
+Link speeds, ``server_cores``, ``colocate``, ``costs`` and the model's compute times are simulator
+parameters: the real run has loopback TCP, this host's cores and the runtime's gradient instead of the
+model's forward/backward (``runtime.psld.calibrate`` measures the simulator's values on a real run).
 
-Not measured, hence NaN or -1 in the tables: ``reassignments.added`` is -1 (no scale-out), and
-``reassignments.suspended_s`` is the PREPARE barrier only (the last rank's arrival to the last rank's
-release): in vanilla mode the state migration that follows it overlaps the next pushes and is left out.
+Not measured, hence -1 in the tables: ``reassignments.added`` (no scale-out). ``reassignments.suspended_s``
+is the re-sharding pause: the PREPARE barrier (the last rank's arrival to the last rank's release) plus,
+in vanilla mode, the slowest PS's state migration after it (``result.measured["pauses"]`` has both).
 ``iterations.start_s`` / ``end_s`` are the first worker's release from / the last worker's arrival at
 the PREPARE barrier that opens / closes each iteration, on the host's monotonic clock (shared by all
 processes), from the main job's start.
@@ -115,12 +123,20 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
                 f"PS {s.server} has two stragglers; the real runtime has one throttle per PS",
             )
         seen.add(s.server)
+    if scenario.runtime.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(
+                f"{src}: field runtime.device",
+                "runtime.device: cuda needs a CUDA GPU, and torch sees none here; use runtime.device: cpu",
+            )
     if scenario.block_bytes < 8:
         raise InputError(f"{src}: field block_mb", "a real block holds at least one 8-byte element")
 
 
 def throttles(scenario: PSLDScenario) -> dict[int, float]:
-    """PS -> token-bucket rate in bytes/s for the scenario's stragglers."""
+    """PS -> throttle rate in bytes/s for the scenario's stragglers (NIC cap or summing rate)."""
     out = {}
     for s in scenario.stragglers:
         if s.what == "bandwidth":
@@ -162,67 +178,94 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
         iterations=iterations,
         mode=scenario.mode,
         plans={},
-        throttle=throttles(scenario) or None,
+        throttle=_rates(scenario, "bandwidth"),
         report_every=scenario.psld.report_every if adaptive else 0,
         scheduler=scheduler_config(scenario) if adaptive else None,
         seed=(scenario.seed, POLICY_STREAM),
+        cpu_throttle=_rates(scenario, "cpu"),
+        device=scenario.runtime.device,
+        gradient=scenario.runtime.gradient,
+        batch=model.batch_size,
     )
 
 
+def _rates(scenario: PSLDScenario, what: str) -> dict[int, float] | None:
+    rates = throttles(scenario)
+    chosen = {s.server: rates[s.server] for s in scenario.stragglers if s.what == what}
+    return chosen or None
+
+
 # -- processes ------------------------------------------------------------------------------------
-def _main(rank: int, world: int, port: int, main, duration_s: float, queue: Any) -> None:
+def _main(rank: int, world: int, port: int, runs: list[tuple[Any, float]], queue: Any) -> None:
+    """One rank of a launch that runs ``runs`` (job, duration_s) one after another on one process group,
+    each as a 1-iteration probe (first touches) and then the job itself."""
     import torch
     import torch.distributed as dist
-
-    from runtime.psld import ps
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    marks: ps.Marks = []
-    probe = replace(main, iterations=PROBE_ITERATIONS, report_every=0, scheduler=None)
     try:
-        # probe: the same job for a few iterations, to turn duration_s into an iteration count
-        if rank < probe.servers:
-            ps.run_server(rank, probe, marks)
-        else:
-            ps.run_worker(rank, probe, marks)
-        dist.barrier()  # the probe ends when every rank is through (rank 0 may be the fast PS)
-        done = time.monotonic()
-        box: list[Any] = [None]
-        if rank == 0:
-            edges = [m[1] for m in marks] + [done]
-            per = float(np.median(np.diff(edges)))
-            floor = 2 * main.report_every + 1 if main.report_every else 2
-            iters = int(min(MAX_ITERATIONS, max(floor, math.ceil(duration_s / max(per, 1e-6)))))
-            box = [(iters, per)]
-        dist.broadcast_object_list(box, src=0)
-        iters, per = box[0]
-        job = replace(main, iterations=iters)
-        marks.clear()
-        dist.barrier()
-        origin = time.monotonic()
-        if rank < job.servers:
-            held, control = ps.run_server(rank, job, marks)
-            records = control.records if control is not None else []
-            payload = (sorted(held), records)
-        else:
-            params, samples = ps.run_worker(rank, job, marks)
-            payload = (params.numpy().tobytes(), [(s.server, s.nbytes, s.seconds) for s in samples])
-        end = time.monotonic()
-        queue.put((rank, origin, marks, end, payload, iters, per))
-        dist.barrier()
+        first = runs[0][0]
+        if rank >= first.servers and first.device == "cuda":
+            # CUDA context, cuBLAS handle and kernels load on the first gradient (seconds): pay that
+            # before the probe, so the timed runs do not pay it
+            from runtime.psld import ps
+
+            w = rank - first.servers
+            ps.deterministic_cuda()
+            ps.compute_gradient(ps.initial_params(first.numel), w, 0, first, ps.worker_device(first, w))
+        for index, (main, duration_s) in enumerate(runs):
+            queue.put((index, rank, *_run_one(rank, main, duration_s)))
+            dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def _launch(job, duration_s: float, progress) -> dict[int, tuple]:
+def _run_one(rank: int, main, duration_s: float) -> tuple:
+    import torch.distributed as dist
+
+    from runtime.psld import ps
+
+    marks: ps.Marks = []
+    probe = replace(main, iterations=PROBE_ITERATIONS, report_every=0, scheduler=None)
+    # probe: one iteration of the same job, which pays the process group's first-touch costs
+    if rank < probe.servers:
+        ps.run_server(rank, probe, marks)
+    else:
+        ps.run_worker(rank, probe, marks)
+    dist.barrier()  # the probe ends when every rank is through (rank 0 may be the fast PS)
+    per = time.monotonic() - marks[0][1]
+    floor = 2 * main.report_every + 1 if main.report_every else 2
+    # the run: rank 0 ends it at the first PREPARE after duration_s (at least ``floor`` iterations)
+    job = replace(main, iterations=MAX_ITERATIONS, stop_after_s=duration_s, min_iterations=floor)
+    marks.clear()
+    dist.barrier()
+    origin = time.monotonic()
+    if rank < job.servers:
+        stats = ps.ServerStats()
+        held, control = ps.run_server(rank, job, marks, stats)
+        records = control.records if control is not None else []
+        payload: tuple = (sorted(held), records, stats)
+    else:
+        compute: list[float] = []
+        params, samples = ps.run_worker(rank, job, marks, compute)
+        payload = (params.numpy().tobytes(), [(s.server, s.nbytes, s.seconds) for s in samples], compute)
+    end = time.monotonic()
+    return origin, marks, end, payload, len(marks), per
+
+
+def _launch(runs: list[tuple[Any, float]], progress) -> list[dict[int, tuple]]:
     from runtime.psld.launch import spawn_group
 
-    world = job.servers + job.workers
-    items = spawn_group(_main, world, (job, duration_s), world, 300 + 20 * duration_s, progress)
-    return {rank: tuple(rest) for rank, *rest in items}
+    world = runs[0][0].servers + runs[0][0].workers
+    limit = sum(300 + 20 * d for _, d in runs)
+    items = spawn_group(_main, world, (runs,), world * len(runs), limit, progress)
+    out: list[dict[int, tuple]] = [{} for _ in runs]
+    for index, rank, *rest in items:
+        out[index][rank] = tuple(rest)
+    return out
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -239,9 +282,14 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
         arrive[rank, iters] = end - origin
     records = out[0][3][1]
     changes_at = {rec[0]: rec for rec in records if rec[2].action != "none"}
+    # vanilla state migration after each PREPARE: the slowest PS's (release -> its last block moved)
+    migration: dict[int, float] = {}
+    for r in range(S):
+        for k, seconds in out[r][3][2].migration_s:
+            migration[k] = max(migration.get(k, 0.0), seconds)
     owners = list(job.owners)
     version = 0
-    it_rows, re_rows, rep_rows = [], [], []
+    it_rows, re_rows, rep_rows, pauses = [], [], [], []
     load_rows = _loads(0, 0.0, owners, sizes, S)
     for k in range(iters):
         if k in changes_at:
@@ -249,6 +297,8 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
             moves = migrations(owners, d.owners)
             barrier = float(np.max(arrive[:, k]))
             resumed = float(np.max(release[:, k]))
+            moved = migration.get(k, 0.0)
+            pauses.append({"k": k, "barrier_s": resumed - barrier, "migration_s": moved})
             re_rows.append(
                 (
                     barrier,
@@ -261,7 +311,7 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
                     d.added,
                     d.predicted_before_s,
                     d.predicted_after_s,
-                    resumed - barrier,
+                    resumed - barrier + moved,
                 )
             )
             owners = list(d.owners)
@@ -285,7 +335,16 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
     }
     samples = [x for w in range(W) for x in out[S + w][3][1]]
     extra = {"iterations_run": iters, "probe_iteration_s": float(out[0][5]), "samples": len(samples)}
-    return tables, extra
+    servers = [out[r][3][2] for r in range(S)]
+    measured = {
+        "compute_s": [list(out[S + w][3][2]) for w in range(W)],
+        "sum_bytes": [st.sum_bytes for st in servers],
+        "sum_s": [st.sum_s for st in servers],
+        "update_bytes": [st.update_bytes for st in servers],
+        "update_s": [st.update_s for st in servers],
+        "pauses": pauses,
+    }
+    return tables, {**extra, "measured": measured}
 
 
 def _loads(version: int, t: float, owners, sizes: np.ndarray, servers: int) -> list[tuple]:
@@ -305,44 +364,73 @@ def run_real(
 
     ``workdir`` is unused (everything travels through a queue); it is accepted for symmetry with the
     other kinds. ``info`` has the simulator's keys (but ``events``: nothing is simulated) plus
-    ``backend``, ``iterations_run``, ``probe_iteration_s``, ``samples`` and ``final_params_sha256`` (of
-    every worker's final parameters, which the run checks are identical across workers). The result also
-    carries ``job`` (the Job as run), ``samples`` (every block timing) and ``final_params`` (bytes).
+    ``backend``, ``device``, ``gradient``, ``iterations_run``, ``probe_iteration_s``, ``samples`` and
+    ``final_params_sha256`` (of every worker's final parameters, which the run checks are identical
+    across workers). The result also carries ``job`` (the Job as run), ``samples`` (every block timing,
+    per worker in iteration-major, block order), ``final_params`` (bytes) and ``measured`` (see
+    ``run_real_many``).
+    """
+    return run_real_many([scenario], progress)[0]
+
+
+def run_real_many(
+    scenarios: list[PSLDScenario], progress: Callable[[float, str], None] | None = None
+) -> list[RunResult]:
+    """Run several scenarios of the same cluster size one after another in one launch (one process
+    start-up, which costs more than a short run on a small host), each as ``run_real`` would.
+
+    ``result.measured`` holds what the runtime measured for a calibration: ``compute_s`` (per worker,
+    per iteration: the gradient computation with its host<->device copies), per PS ``sum_bytes`` and
+    ``sum_s`` (summing), ``update_bytes``/``update_s`` (vanilla SGD) and ``pauses`` (per reassignment:
+    ``k``, the PREPARE ``barrier_s`` and the slowest PS's vanilla ``migration_s``).
     """
     import hashlib
 
     wall0 = time.perf_counter()
-    job = build_job(scenario)
-    out = _launch(job, scenario.duration_s, progress)
-    S, W = job.servers, job.workers
-    finals = {out[S + w][3][0] for w in range(W)}
-    if len(finals) != 1:
-        raise RuntimeError("the workers ended with different parameters: the PS lost an update")
-    tables, extra = _tables(scenario, job, out)
-    model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
-    info: dict[str, Any] = {
-        "backend": "real",
-        "policy": scenario.policy,
-        "mode": scenario.mode,
-        "model": scenario.model,
-        "workers": W,
-        "servers": S,
-        "blocks": len(job.blocks),
-        "model_bytes": float(sum(b.nbytes for b in job.blocks)),
-        "batch_size": model.batch_size,
-        "warmup_s": scenario.warmup_s,
-        "duration_s": scenario.duration_s,
-        **extra,
-        "final_params_sha256": hashlib.sha256(next(iter(finals))).hexdigest(),
-        "wall_s": time.perf_counter() - wall0,
-    }
-    result = RunResult(tables=tables, info=info)
-    result.final_params = next(iter(finals))  # type: ignore[attr-defined]
-    result.job = replace(job, iterations=extra["iterations_run"])  # type: ignore[attr-defined]
-    result.samples = [  # type: ignore[attr-defined]
-        Sample(w, int(r), nbytes, seconds) for w in range(W) for r, nbytes, seconds in out[S + w][3][1]
-    ]
-    return result
+    jobs = [build_job(sc) for sc in scenarios]
+    shape = {(j.servers, j.workers, j.device) for j in jobs}
+    if len(shape) != 1:
+        raise ValueError(f"one launch needs one cluster size and device, got {sorted(shape)}")
+    outs = _launch([(job, sc.duration_s) for job, sc in zip(jobs, scenarios, strict=True)], progress)
+    wall = time.perf_counter() - wall0
+    results = []
+    for scenario, job, out in zip(scenarios, jobs, outs, strict=True):
+        S, W = job.servers, job.workers
+        finals = {out[S + w][3][0] for w in range(W)}
+        if len(finals) != 1:
+            raise RuntimeError("the workers ended with different parameters: the PS lost an update")
+        tables, extra = _tables(scenario, job, out)
+        measured = extra.pop("measured")
+        model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
+        span = max(v[2] for v in out.values()) - min(v[0] for v in out.values())
+        info: dict[str, Any] = {
+            "backend": "real",
+            "device": job.device,
+            "gradient": job.gradient,
+            "policy": scenario.policy,
+            "mode": scenario.mode,
+            "model": scenario.model,
+            "workers": W,
+            "servers": S,
+            "blocks": len(job.blocks),
+            "model_bytes": float(sum(b.nbytes for b in job.blocks)),
+            "batch_size": model.batch_size,
+            "warmup_s": scenario.warmup_s,
+            "duration_s": scenario.duration_s,
+            **extra,
+            "final_params_sha256": hashlib.sha256(next(iter(finals))).hexdigest(),
+            "run_s": float(span),
+            "wall_s": wall if len(scenarios) == 1 else float(span),
+        }
+        result = RunResult(tables=tables, info=info)
+        result.final_params = next(iter(finals))  # type: ignore[attr-defined]
+        result.job = replace(job, iterations=extra["iterations_run"])  # type: ignore[attr-defined]
+        result.samples = [  # type: ignore[attr-defined]
+            Sample(w, int(r), nbytes, seconds) for w in range(W) for r, nbytes, seconds in out[S + w][3][1]
+        ]
+        result.measured = measured  # type: ignore[attr-defined]
+        results.append(result)
+    return results
 
 
-__all__ = ["build_job", "check_real", "run_real", "throttles"]
+__all__ = ["build_job", "check_real", "run_real", "run_real_many", "throttles"]

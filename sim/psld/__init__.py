@@ -82,6 +82,11 @@ def run(scenario: PSLDScenario, progress: Callable[[float, str], None] | None = 
     for layer in range(n_layers - 1, -1, -1):
         acc += model.backward_s[layer]
         ready[layer] = acc
+    forward_s = sum(model.forward_s)
+    if scenario.costs.worker_compute_s is not None:
+        # the real runtime's worker: the whole gradient first, then every block pushed at once
+        forward_s = scenario.costs.worker_compute_s
+        ready = dict.fromkeys(ready, 0.0)
     gb = 1e9
     engine = Engine(
         EngineConfig(
@@ -108,7 +113,7 @@ def run(scenario: PSLDScenario, progress: Callable[[float, str], None] | None = 
         ),
         sizes,
         [model.tensors[b.tensor].layer for b in blocks],
-        sum(model.forward_s),
+        forward_s,
         ready,
         owners,
         controller,

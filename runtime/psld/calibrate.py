@@ -1,0 +1,176 @@
+"""Calibrate the PSLD simulator from a real profiling run (DESIGN.md: "the runtime measures what the
+simulator needs"; docs/psld.md, "Calibration").
+
+The profiling run is the real job without its straggler, on PSLD's initial round-robin layout, with the
+scheduler told never to act. Every simulator parameter set here is a measurement with a physical meaning;
+nothing is fitted to make a throughput come out right:
+
+* ``compute_s``: a worker's gradient computation per iteration (GPU: the host-to-device copy, the
+  kernels and the device-to-host copy), median over workers and iterations. The simulator's worker
+  computes that long, then pushes every block at once, as the runtime's worker does
+  (``costs.worker_compute_s``).
+* ``barrier_s``: the PREPARE barrier every iteration boundary costs (the broadcast of the plan, and every
+  ``report_every`` iterations the gather of the samples), the mean gap between an iteration's last worker
+  arriving and the next iteration's first worker leaving. The simulator has no such barrier, so it is
+  added to the worker's compute. Its mean at reporting boundaries is the fixed part of a reassignment's
+  pause (``costs.reassign_fixed_s``; the round trips are inside it, so ``control_rtt_s`` is 0).
+* ``link_gbps`` (per PS, and their mean): how fast one process moves block bytes through gloo on this
+  host. A worker issues every push at once and each PS serves its blocks in order, so a block's time
+  (push issue to its own pull, seed 002 §4.1's sample) grows with the bytes of that PS's blocks ahead of
+  it in the same iteration; the slope of that line, per PS, is W / (the PS's rate), because the PS
+  carries all W workers' copies of each block in each direction. The simulator gives every node a link
+  of that rate per direction (``cluster.server_gbps``; workers run the same transport, so
+  ``cluster.worker_gbps`` too): the per-node NIC model that the real host matches when each process has
+  its own core.
+* ``latency_s``: half the line's zero-byte intercept (median over PSs): a block's fixed round-trip
+  cost, split over its push and its pull (``costs.message_latency_s``). The per-message CPU cost is inside
+  the measured slope and intercept, so ``costs.message_cpu_s`` is 0.
+* ``sum_gbytes_per_s`` / ``update_gbytes_per_s``: the PSs' measured summing and (vanilla) SGD rates;
+  a PS is one process on one thread, so ``cluster.server_cores`` is 1.
+* ``algo_s_per_block_server``: Algorithm 3's run time on this host, for this model's blocks and PSs,
+  divided by blocks x PSs (``costs.algo_s_per_block_server``).
+
+What is not calibrated: ``costs.timing_noise`` (the simulator's jitter on its timing samples) stays the
+scenario's; a straggler's value is the same number in both backends.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from policies.psld.placement import eps_greedy
+from policies.psld.profiling import fit_model
+from scenarios.results import RunResult
+
+GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+
+
+def _num(x: float) -> str:
+    """A float as a YAML scalar that always reads back as a float (PyYAML reads 1e9 as a string)."""
+    return f"{x:.6e}"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Simulator parameters measured on a real profiling run (see the module docstring)."""
+
+    compute_s: float
+    barrier_s: float
+    report_barrier_s: float
+    link_gbps: float
+    link_gbps_per_ps: tuple[float, ...]
+    latency_s: float
+    sum_gbytes_per_s: float
+    update_gbytes_per_s: float | None
+    algo_s_per_block_server: float
+
+    def overrides(self) -> list[str]:
+        """The scenario overrides (``--set key=value``) that give the simulator these parameters."""
+        out = [
+            f"cluster.worker_gbps={_num(self.link_gbps)}",
+            f"cluster.server_gbps={_num(self.link_gbps)}",
+            "cluster.server_cores=1",
+            f"costs.worker_compute_s={_num(self.compute_s + self.barrier_s)}",
+            f"costs.message_latency_s={_num(self.latency_s)}",
+            "costs.message_cpu_s=0",
+            f"costs.sum_gbytes_per_core_s={_num(self.sum_gbytes_per_s)}",
+            "costs.control_rtt_s=0",
+            f"costs.reassign_fixed_s={_num(self.report_barrier_s)}",
+            f"costs.algo_s_per_block_server={_num(self.algo_s_per_block_server)}",
+        ]
+        if self.update_gbytes_per_s is not None:
+            out.append(f"costs.update_gbytes_per_core_s={_num(self.update_gbytes_per_s)}")
+        return out
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "overrides": self.overrides()}
+
+
+def per_ps_lines(result: RunResult, skip: int = 1) -> dict[int, tuple[float, float]]:
+    """PS -> (slope s/B, intercept s) of block time against the bytes of that PS's blocks up to and
+    including the block in its iteration, over every worker and every iteration after the first
+    ``skip`` (the first pays first-touch costs). The run must keep one layout (no reassignment)."""
+    job = result.job  # type: ignore[attr-defined]
+    nb = len(job.blocks)
+    cum = np.zeros(nb)
+    seen: dict[int, float] = {}
+    for b in job.blocks:  # the PS serves its blocks in block order
+        r = job.owners[b.id]
+        seen[r] = seen.get(r, 0.0) + b.nbytes
+        cum[b.id] = seen[r]
+    xs: dict[int, list[float]] = {}
+    ys: dict[int, list[float]] = {}
+    per_worker: dict[int, list] = {}
+    for s in result.samples:  # type: ignore[attr-defined]
+        per_worker.setdefault(s.worker, []).append(s)
+    for samples in per_worker.values():
+        for i, s in enumerate(samples):
+            if i // nb < skip:
+                continue
+            b = i % nb
+            xs.setdefault(s.server, []).append(cum[b])
+            ys.setdefault(s.server, []).append(s.seconds)
+    out = {}
+    for r in sorted(xs):
+        slope, intercept = np.polyfit(np.asarray(xs[r]), np.asarray(ys[r]), 1)
+        out[r] = (float(slope), float(intercept))
+    return out
+
+
+def calibrate(result: RunResult) -> Calibration:
+    """Measure the simulator's parameters on ``result``, a real profiling run (``run_real``)."""
+    info, measured, job = result.info, result.measured, result.job  # type: ignore[attr-defined]
+    if len(result.tables["reassignments"]):
+        raise ValueError("a profiling run must keep one layout; this one reassigned")
+    W = int(info["workers"])
+    compute = [t for per in measured["compute_s"] for t in per[1:]] or [
+        t for per in measured["compute_s"] for t in per
+    ]
+    it = result.tables["iterations"].sort_values("iteration")
+    gaps = (it["start_s"].to_numpy()[1:] - it["end_s"].to_numpy()[:-1]).clip(min=0.0)
+    ks = it["iteration"].to_numpy()[1:]
+    gaps, ks = gaps[ks >= 2], ks[ks >= 2]  # from the second boundary on (the first pays first touches)
+    reporting = gaps[(ks % job.report_every) == 0] if job.report_every else gaps
+    lines = per_ps_lines(result)
+    rates = tuple(W / a / GBIT if a > 0 else math.inf for a, _ in lines.values())
+    finite = [g for g in rates if math.isfinite(g)]
+    link = float(np.mean(finite)) if finite else math.inf
+    latency = max(0.0, float(np.median([c for _, c in lines.values()]))) / 2.0
+    sum_rate = sum(measured["sum_bytes"]) / max(sum(measured["sum_s"]), 1e-12) / 1e9
+    update = None
+    if job.mode == "vanilla" and sum(measured["update_s"]) > 0:
+        update = sum(measured["update_bytes"]) / sum(measured["update_s"]) / 1e9
+    return Calibration(
+        compute_s=float(np.median(compute)),
+        barrier_s=float(np.mean(gaps)) if len(gaps) else 0.0,
+        report_barrier_s=float(np.mean(reporting)) if len(reporting) else 0.0,
+        link_gbps=link,
+        link_gbps_per_ps=rates,
+        latency_s=latency,
+        sum_gbytes_per_s=float(sum_rate),
+        update_gbytes_per_s=update,
+        algo_s_per_block_server=algorithm3_seconds(result) / (len(job.blocks) * job.servers),
+    )
+
+
+def algorithm3_seconds(result: RunResult, repeats: int = 3) -> float:
+    """Algorithm 3's run time on this host for the run's blocks and PSs, with the PS models fitted on
+    the run's own samples (median of ``repeats``)."""
+    job = result.job  # type: ignore[attr-defined]
+    model = fit_model(result.samples)  # type: ignore[attr-defined]
+    servers = sorted(model)
+    sizes = [float(b.nbytes) for b in job.blocks]
+    rng = np.random.default_rng(0)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        eps_greedy(sizes, servers, servers, model, 0.1, rng)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+__all__ = ["Calibration", "algorithm3_seconds", "calibrate", "per_ps_lines"]

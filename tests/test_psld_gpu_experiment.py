@@ -1,0 +1,65 @@
+"""``experiments/psld_gpu.py run --device cpu --tiny``: the GPU experiment's whole pipeline on CPU.
+
+Profiling, mxnet and PSLD for real (2 workers and 2 PSs in one launch, PS 1's NIC capped), the
+calibration, the parameter-identity check against the no-reassignment reference, the re-sharding pause
+and the calibrated simulations; then ``report`` renders the table. The CUDA path differs only in the
+workers' device (``runtime.psld.ps.worker_device``) and is not exercised here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.psld_gpu import main
+from runtime.psld.run import build_job, check_real
+from scenarios.errors import InputError
+from scenarios.load import load_scenario
+
+
+def test_tiny_cpu_run_writes_a_complete_table(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "psld-gpu"
+    assert main(["run", "--out", str(out), "--device", "cpu", "--tiny"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["device"] == "cpu" and results["gradient"] == "linear" and results["mode"] == "vanilla"
+    rows = {row["policy"]: row for row in results["table"]}
+    assert set(rows) == {"mxnet", "psld"}
+    for row in rows.values():
+        assert all(math.isfinite(row[key]) for key in ("real_it_s", "sim_it_s", "rel_error"))
+        assert row["real_it_s"] > 0 and row["sim_it_s"] > 0
+    assert rows["mxnet"]["real_reassignments"] == 0 and rows["psld"]["real_reassignments"] >= 1
+    assert math.isfinite(results["speedup_real"]) and math.isfinite(results["speedup_sim"])
+    # the pause of every reassignment was measured: PREPARE barrier plus vanilla state migration
+    assert results["pauses"] and all(p["pause_s"] >= p["migration_s"] > 0 for p in results["pauses"])
+    assert math.isfinite(results["max_pause_s"])
+    # PSLD's run, which reassigned and migrated state, ends bit-identical to the no-reassignment reference
+    assert results["params_identical"] is True
+    assert results["params_sha256"] == results["reference_sha256"]
+    cal = results["calibration"]
+    assert cal["compute_s"] > 0 and math.isfinite(cal["link_gbps"]) and cal["sum_gbytes_per_s"] > 0
+    assert len(cal["link_gbps_per_ps"]) == 2 and cal["update_gbytes_per_s"] > 0
+    with (out / "table.csv").open() as f:
+        assert [r["policy"] for r in csv.DictReader(f)] == ["mxnet", "psld"]
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 15 and "real_psld_iterations.parquet" in files and "calibration.json" in files
+    capsys.readouterr()
+    assert main(["report", "--from", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| mxnet |" in text and "| psld |" in text and "| PSLD / mxnet |" in text and "pause" in text
+
+
+def test_gpu_scenario_maps_onto_the_job() -> None:
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "psld-real-gpu.yaml"
+    job = build_job(load_scenario(path, ["runtime.device=cpu"]))
+    assert (job.device, job.gradient, job.batch, job.mode) == ("cpu", "linear", 32, "vanilla")
+    assert job.throttle == {2: 1e9 / 8} and job.cpu_throttle is None
+    assert (job.servers, job.workers) == (3, 4)
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError) as err:
+            check_real(load_scenario(path))
+        assert err.value.where.endswith("field runtime.device")
