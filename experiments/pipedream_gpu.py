@@ -2,6 +2,7 @@
 
     python -m experiments.pipedream_gpu run --out DIR [--gpus 2,4] [--quick] [--device cpu]
     python -m experiments.pipedream_gpu report --from DIR
+    python -m experiments.pipedream_gpu resimulate --from DIR --out NEW
 
 ``run`` (on the GPU machine; ``--device cpu`` runs the same code at a tiny size with gloo):
 
@@ -18,14 +19,17 @@
      chunk modules, measured the same way.
 3. **Simulate** the timed run's exact op lists (``sim.pipedream.executor.simulate``) with chunk costs
    summed from the profile over the real chunking, the probed link, and the memory model of SGD
-   without momentum (gradient buffer 1x weights, no optimizer state); the predicted peak adds the
-   largest transient of the device's layers to the simulated peak.
+   without momentum (gradient buffer 1x weights, no optimizer state, alive from the first backward
+   after an update to the update, as in the runtime); the predicted peak adds the largest transient
+   of the device's layers to the simulated peak.
 
 Writes to DIR (5 files): ``graph.txt`` (the profile in PipeDream's format), ``profile.json``
 (per-layer extras, link probes, settings), ``results.csv`` (ours, real vs simulated, one row per GPU
 count and schedule), ``baseline.csv`` (ours vs torch.distributed.pipelining), ``results.json``
 (everything, for ``report``), and ``ops.csv`` (the op table of one timed run). ``report`` prints the
-markdown tables of docs/pipedream.md, "Real runs on GPUs".
+markdown tables of docs/pipedream.md, "Real runs on GPUs". ``resimulate`` recomputes the simulated
+columns of DIR's run from its saved profile with the current simulator (no GPU) and writes
+``results.json``, ``results.csv`` and ``report.md`` (plus copies of the other files) to NEW.
 """
 
 from __future__ import annotations
@@ -152,8 +156,10 @@ def simulate_schedule(
     costs = chunk_costs(prof, config, schedule.num_chunks, schedule.batch_microbatches)
     network = Network(intra_bandwidth=link["bandwidth_Bps"], intra_latency=link["latency_s"])
     devices = [Device(server=0) for _ in range(world)]
-    # SGD without momentum: one gradient buffer per weight, no optimizer state.
-    out = simulate(schedule, costs, devices, network, MemoryModel(gradient_factor=1.0, optimizer_factor=0.0))
+    # SGD without momentum: one gradient buffer per chunk, no optimizer state; the buffer lives from the
+    # first backward after an update to the update, as in the runtime (``MemoryModel.gradient_buffer``).
+    memory = MemoryModel(gradient_factor=1.0, optimizer_factor=0.0, gradient_buffer="per_update")
+    out = simulate(schedule, costs, devices, network, memory)
     transient = []
     for worker in schedule.workers:
         idx = [j for c in worker.chunks for j in chunk_layers(config, schedule.num_chunks, c)]
@@ -200,37 +206,11 @@ def analyse(prof: dict, config: GPTConfig, settings: BenchSettings, world: int, 
             "wall_s": wall,
             "peak_bytes": [x["peak_bytes"] for x in per_rank],
         }
-    rows = []
-    for name in settings.schedules:
-        if ("ours", name) not in real:
-            continue
-        measured = real[("ours", name)]
-        sim = simulate_schedule(prof, config, settings, name, world, link)
-        sim_tput = sim["samples"] / sim["makespan_s"]
-        real_peak, sim_peak = max(measured["peak_bytes"]), max(sim["peak_bytes"])
-        rows.append(
-            {
-                "gpus": world,
-                "schedule": name,
-                "real_samples_per_s": measured["samples_per_s"],
-                "sim_samples_per_s": sim_tput,
-                "throughput_error": rel_error(sim_tput, measured["samples_per_s"]),
-                "real_peak_gib": real_peak / GIB,
-                "sim_peak_gib": sim_peak / GIB,
-                "peak_error": rel_error(sim_peak, real_peak),
-                "worst_rank_peak_error": max(
-                    abs(rel_error(s, r))
-                    for s, r in zip(sim["peak_bytes"], measured["peak_bytes"], strict=True)
-                ),
-                "real_peak_gib_per_rank": [b / GIB for b in measured["peak_bytes"]],
-                "sim_peak_gib_per_rank": [b / GIB for b in sim["peak_bytes"]],
-                "real_step_s": measured["wall_s"] / settings.steps,
-            }
-        )
-    real_order = order({r["schedule"]: r["real_samples_per_s"] for r in rows})
-    sim_order = order({r["schedule"]: r["sim_samples_per_s"] for r in rows})
-    real_mem = order({r["schedule"]: -r["real_peak_gib"] for r in rows})
-    sim_mem = order({r["schedule"]: -r["sim_peak_gib"] for r in rows})
+    rows = [
+        compare(prof, config, settings, world, link, name, real[("ours", name)])
+        for name in settings.schedules
+        if ("ours", name) in real
+    ]
     baseline = []
     for name in OURS_VS_TORCH:
         if ("torch", name) in real and ("ours", name) in real:
@@ -246,20 +226,48 @@ def analyse(prof: dict, config: GPTConfig, settings: BenchSettings, world: int, 
                     "torch_peak_gib": max(theirs["peak_bytes"]) / GIB,
                 }
             )
+    return {"gpus": world, "link": link, "rows": rows, "baseline": baseline, "ranking": ranking(rows)}
+
+
+def compare(
+    prof: dict, config: GPTConfig, settings: BenchSettings, world: int, link: dict, name: str, measured: dict
+) -> dict:
+    """One results row: the measured run (samples/s, wall, per-rank peak bytes) next to the simulator."""
+    sim = simulate_schedule(prof, config, settings, name, world, link)
+    sim_tput = sim["samples"] / sim["makespan_s"]
+    real_peak, sim_peak = max(measured["peak_bytes"]), max(sim["peak_bytes"])
     return {
         "gpus": world,
-        "link": link,
-        "rows": rows,
-        "baseline": baseline,
-        "ranking": {
-            "throughput_real": real_order,
-            "throughput_sim": sim_order,
-            "throughput_match": real_order == sim_order,
-            "throughput_kendall_tau": kendall_tau(real_order, sim_order),
-            "memory_real": real_mem,
-            "memory_sim": sim_mem,
-            "memory_match": real_mem == sim_mem,
-        },
+        "schedule": name,
+        "real_samples_per_s": measured["samples_per_s"],
+        "sim_samples_per_s": sim_tput,
+        "throughput_error": rel_error(sim_tput, measured["samples_per_s"]),
+        "real_peak_gib": real_peak / GIB,
+        "sim_peak_gib": sim_peak / GIB,
+        "peak_error": rel_error(sim_peak, real_peak),
+        "worst_rank_peak_error": max(
+            abs(rel_error(s, r)) for s, r in zip(sim["peak_bytes"], measured["peak_bytes"], strict=True)
+        ),
+        "real_peak_gib_per_rank": [b / GIB for b in measured["peak_bytes"]],
+        "sim_peak_gib_per_rank": [b / GIB for b in sim["peak_bytes"]],
+        "real_step_s": measured["wall_s"] / settings.steps,
+    }
+
+
+def ranking(rows: list[dict]) -> dict:
+    """Throughput and memory orders of the schedules, real and simulated."""
+    real_order = order({r["schedule"]: r["real_samples_per_s"] for r in rows})
+    sim_order = order({r["schedule"]: r["sim_samples_per_s"] for r in rows})
+    real_mem = order({r["schedule"]: -r["real_peak_gib"] for r in rows})
+    sim_mem = order({r["schedule"]: -r["sim_peak_gib"] for r in rows})
+    return {
+        "throughput_real": real_order,
+        "throughput_sim": sim_order,
+        "throughput_match": real_order == sim_order,
+        "throughput_kendall_tau": kendall_tau(real_order, sim_order),
+        "memory_real": real_mem,
+        "memory_sim": sim_mem,
+        "memory_match": real_mem == sim_mem,
     }
 
 
@@ -420,6 +428,52 @@ def report_text(results: dict) -> str:
     return "\n".join(lines)
 
 
+def resimulate(args: argparse.Namespace) -> int:
+    """Rebuild the simulated columns of a finished run from its saved profile (no GPU needed): the
+    measured columns are kept, every prediction is recomputed with the current simulator."""
+    source, out = Path(args.source), Path(args.out)
+    if source.resolve() == out.resolve():
+        raise SystemExit("--out must differ from --from (the measured run is kept as it was)")
+    results = json.loads(Path(source, "results.json").read_text())
+    prof = json.loads(Path(source, "profile.json").read_text())["profile"]
+    meta = results["meta"]
+    raw = dict(meta["config"])
+    raw["dtype"] = getattr(torch, str(raw["dtype"]).removeprefix("torch."))
+    config = GPTConfig(**raw)
+    settings = BenchSettings(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in meta["settings"].items()}
+    )
+    for conf in results["configurations"]:
+        conf["rows"] = [
+            compare(
+                prof,
+                config,
+                settings,
+                conf["gpus"],
+                conf["link"],
+                row["schedule"],
+                {
+                    "samples_per_s": row["real_samples_per_s"],
+                    "wall_s": row["real_step_s"] * settings.steps,
+                    "peak_bytes": [g * GIB for g in row["real_peak_gib_per_rank"]],
+                },
+            )
+            for row in conf["rows"]
+        ]
+        conf["ranking"] = ranking(conf["rows"])
+    results["meta"]["resimulated_from"] = str(source)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("graph.txt", "profile.json", "baseline.csv", "ops.csv"):
+        if Path(source, name).exists():
+            _write_atomic(out / name, Path(source, name).read_text())
+    _write_atomic(out / "results.json", json.dumps(results, indent=1))
+    _write_csv(out / "results.csv", [r for c in results["configurations"] for r in c["rows"]])
+    text = report_text(results)
+    _write_atomic(out / "report.md", text + "\n")
+    print(text)
+    return 0
+
+
 def report(args: argparse.Namespace) -> int:
     results = json.loads(Path(args.source, "results.json").read_text())
     print(report_text(results))
@@ -447,6 +501,12 @@ def main(argv: list[str] | None = None) -> int:
     p_rep = sub.add_parser("report", help="markdown tables from a run's results.json")
     p_rep.add_argument("--from", dest="source", required=True)
     p_rep.set_defaults(func=report)
+    p_res = sub.add_parser(
+        "resimulate", help="recompute the simulated columns of DIR's run from its profile into OUT"
+    )
+    p_res.add_argument("--from", dest="source", required=True)
+    p_res.add_argument("--out", required=True)
+    p_res.set_defaults(func=resimulate)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,5 +1,6 @@
 """``experiments/pipedream_gpu.py run --device cpu`` (the GPU benchmark's code path at a tiny size with
-gloo) produces every row, real and simulated, with finite columns, and ``report`` renders them."""
+gloo) produces every row, real and simulated, with finite columns, ``report`` renders them, and
+``resimulate`` rebuilds the same simulated columns from the saved files."""
 
 from __future__ import annotations
 
@@ -35,3 +36,13 @@ def test_cpu_run_produces_every_row(tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", "--from", str(tmp_path)]) == 0
     assert "| 2 | 1f1b |" in capsys.readouterr().out
+    # resimulate: the same simulated columns from the saved profile, the measured ones untouched
+    again = tmp_path / "again"
+    assert main(["resimulate", "--from", str(tmp_path), "--out", str(again)]) == 0
+    redone = json.loads((again / "results.json").read_text())
+    before, after = results["configurations"][0]["rows"], redone["configurations"][0]["rows"]
+    for old, new in zip(before, after, strict=True):
+        assert new["real_peak_gib_per_rank"] == old["real_peak_gib_per_rank"]
+        assert new["sim_peak_gib_per_rank"] == pytest.approx(old["sim_peak_gib_per_rank"])
+        assert new["sim_samples_per_s"] == pytest.approx(old["sim_samples_per_s"])
+    assert (again / "report.md").read_text().startswith("GPT:")

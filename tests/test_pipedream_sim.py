@@ -116,6 +116,31 @@ def test_out_of_memory_names_the_device():
     simulate(schedule, costs, devices, Network(), MemoryModel(0, 0, recompute=True))
 
 
+def test_per_update_gradient_buffer_lives_from_backward_to_update():
+    """``gradient_buffer="per_update"`` (the real runtime's lifetime) against exact byte counts:
+    weights 10, stash 3 per microbatch, on two stages with zero communication."""
+
+    def peaks(name, buffer, m=4):
+        schedule = make_schedule(name, (1, 1), m, num_batches=2)
+        memory = MemoryModel(gradient_factor=1, optimizer_factor=0, gradient_buffer=buffer)
+        costs = [ChunkCost(TF, TB, 10.0, 3.0, 0.0, 0.0)] * 2
+        return simulate(schedule, costs, [Device(), Device()], Network(), memory).peak_memory
+
+    # PipeDream's last stage runs B then W per input: its buffer exists only from the end of a
+    # backward (whose stash is gone: weights 10 + gradient 10) to the update, never next to a stash
+    # (a persistent buffer: 10 + 10 + 3). Stage 0: 2 versions + the fresh gradient + the next input's
+    # stash (20 + 10 + 3), where a persistent buffer peaks after a forward (20 + 10 + 2 x 3).
+    assert peaks("1f1b", "persistent") == [36.0, 23.0]
+    assert peaks("1f1b", "per_update") == [33.0, 20.0]
+    # Accumulating schedules: a backward's fresh gradient sits next to the buffer until added, e.g.
+    # 2BW stage 0: 2 versions 20 + buffer 10 + fresh 10 + one stash 3; GPipe at its second backward:
+    # weights 10 + buffer 10 + fresh 10 + the two stashes left 6 (its peak after the last forward,
+    # 10 + 4 x 3, holds no buffer at all).
+    assert peaks("2bw", "per_update") == [43.0, 40.0]
+    assert peaks("gpipe", "per_update") == [36.0, 36.0]
+    assert peaks("gpipe", "persistent") == [32.0, 32.0]
+
+
 def test_a_backward_before_its_forward_is_rejected():
     from dataclasses import replace
 

@@ -9,13 +9,17 @@ all-reduces the accumulated gradients over the chunk's replicas and applies SGD,
 version (seed 001 §2.4.3, weight stashing; Table 7.1's update rules follow from which version each op
 names). A version is freed as soon as no later op of the rank names it, as in the simulator; when the
 version an update starts from is not needed any more (the flush schedules) the update is in place, so
-those schedules hold one copy of the weights.
+those schedules hold one copy of the weights. Nothing else pins a version: the chunk modules hold
+meta tensors only, and no loop variable outlives its op. A chunk's gradient buffer is its first
+backward's gradient after an update and is freed by the update (``MemoryModel.gradient_buffer =
+"per_update"`` in the simulator).
 
 Timing: on CUDA every op is bracketed by CUDA events on the compute stream (no per-op synchronize),
 converted to seconds from the run's starting barrier once the run has finished; on CPU by
 ``perf_counter``. A run is bracketed by synchronize + barrier, so its wall time is the step time of the
 window. Peak memory is ``torch.cuda.max_memory_allocated`` over the run (on CPU, an accounting of the
-tensors the executor holds: weights, gradients, stashed inputs/outputs, messages in flight).
+tensors the executor's tables hold: weights, gradients, stashed inputs/outputs, messages in flight;
+``runtime.pipedream.memtrace`` gives the allocator's ground truth on CPU).
 """
 
 from __future__ import annotations
@@ -127,9 +131,14 @@ class StageExecutor:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         for c in worker.chunks:
-            self.modules[c] = self.workload.chunk(c, schedule.num_chunks, self.device)
-            # Version 0 shares the modules' storage: updates never write a version still in use.
-            self.weights[c] = {n: p.detach() for n, p in self.modules[c].named_parameters()}
+            module = self.workload.chunk(c, schedule.num_chunks, self.device)
+            # Version 0 takes the module's storage; the module itself becomes a storage-free function
+            # (meta tensors) for ``functional_call``, so it does not pin the first version's weights
+            # after an out-of-place update has replaced them (one weight copy per chunk otherwise).
+            self.weights[c] = {n: p.detach() for n, p in module.named_parameters()}
+            if any(True for _ in module.buffers()):
+                raise ValueError("chunk modules with buffers are not supported (weights only)")
+            self.modules[c] = module.to("meta")
         self.layout = (schedule.num_chunks, schedule.placement)
         # Replicated chunks (1F1B-RR) all-reduce over their replicas; new_group is collective.
         self.replica_groups = {
@@ -155,7 +164,10 @@ class StageExecutor:
             for op in worker.ops
             if op.kind == "F" and op.chunk in (0, last)
         }
-        versions: dict[int, dict[int, Params]] = {c: {0: self.weights[c]} for c in worker.chunks}
+        # The weights move into ``versions`` for the run (``self.weights`` would otherwise pin version 0
+        # until the end, after it is freed); they come back when the run ends.
+        versions: dict[int, dict[int, Params]] = {c: {0: self.weights.pop(c)} for c in worker.chunks}
+        layout, self.layout = self.layout, None  # a run that fails midway forces a fresh load
         newest = dict.fromkeys(worker.chunks, 0)
         future: dict[tuple[int, int], int] = defaultdict(int)
         for op in worker.ops:
@@ -221,7 +233,9 @@ class StageExecutor:
                     torch._foreach_add_([acc[n] for n in params], list(got[: len(params)]))
                 if c > 0:
                     give("grad", k, c - 1, schedule.worker_for(c - 1, k), got[-1])
-                del got, params, x
+                # Drop every loop-local reference: ``wrt`` would keep this version's weights, and
+                # ``acc`` the gradient buffer an update is about to consume, alive until the next B.
+                del got, params, x, wrt, acc, grad_out
                 future[(c, op.version)] -= 1
                 release(c)
             else:
@@ -242,6 +256,7 @@ class StageExecutor:
         wall = time.perf_counter() - began
         for c in worker.chunks:
             self.weights[c] = versions[c][newest[c]]
+        self.layout = layout
         rows: list[Row] = [
             (worker.device, self.rank, c, worker.replica, kind, k, v, clock.seconds(s), clock.seconds(e), 0.0)
             for c, kind, k, v, s, e in marks

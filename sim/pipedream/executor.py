@@ -73,6 +73,11 @@ def simulate(
     versions: dict[tuple[int, int, int], simpy.Event] = {}
     barriers: dict[tuple[int, int, str], list] = {}
     mems = [DeviceMemory(i, d.memory_bytes) for i, d in enumerate(devices)]
+    per_update = memory.gradient_buffer == "per_update"
+    if memory.gradient_buffer not in ("persistent", "per_update"):
+        raise ValueError(f"unknown gradient_buffer {memory.gradient_buffer!r}")
+    # (worker, chunk) -> a gradient buffer is open (``per_update``: from the first backward to the W)
+    grad_open: dict[tuple[int, int], bool] = defaultdict(bool)
     busy = [0.0] * len(devices)
     stash_count = [0] * len(schedule.workers)
     peak_stash = [0] * len(schedule.workers)
@@ -98,9 +103,8 @@ def simulate(
         mem = mems[worker.device]
         for c in worker.chunks:
             w = costs[c].parameter_bytes
-            mem.change(
-                0.0, "static", w * (memory.gradient_factor + memory.optimizer_factor), f"chunk {c} state"
-            )
+            persistent = 0.0 if per_update else memory.gradient_factor
+            mem.change(0.0, "static", w * (persistent + memory.optimizer_factor), f"chunk {c} state")
             mem.change(0.0, "weights", w, f"chunk {c} weights")
             live[(wi, c)] = {0: 0}
             newest[(wi, c)] = 0
@@ -157,7 +161,7 @@ def simulate(
             entry[1].succeed()
         return entry[1]
 
-    def allreduce(wi: int, op: Op, seq: int) -> object:
+    def allreduce(wi: int, op: Op, seq: int, consumed: bool) -> object:
         worker = schedule.workers[wi]
         group = schedule.placement[op.chunk]
         yield barrier((op.chunk, seq, "arrive"), len(group))
@@ -201,6 +205,9 @@ def simulate(
         mems[worker.device].change(
             env.now, "weights", costs[op.chunk].parameter_bytes, f"chunk {op.chunk} v{op.version}"
         )
+        if consumed:  # ``per_update``: the buffer dies once the new weights exist (both coexist first)
+            grad = costs[op.chunk].parameter_bytes * memory.gradient_factor
+            mems[worker.device].change(env.now, "gradients", -grad, f"chunk {op.chunk} update")
         peak_versions[wi] = max(peak_versions[wi], len(live[(wi, op.chunk)]))
         version_event(wi, op.chunk, op.version).succeed()
 
@@ -256,6 +263,14 @@ def simulate(
                 rows.append((worker.device, wi, c, worker.replica, "B", k, v, start, env.now, 0.0))
                 stash = cost.input_bytes + (0.0 if memory.recompute else cost.activation_bytes)
                 mem.change(env.now, "stashes", -stash, f"B mb {k} chunk {c}")
+                if per_update:  # the backward's fresh gradient (its stash is gone by its end)
+                    grad = cost.parameter_bytes * memory.gradient_factor
+                    if grad_open[(wi, c)]:  # next to the buffer until added into it
+                        mem.change(env.now, "transient", grad, f"gradient of mb {k} chunk {c}")
+                        mem.change(env.now, "transient", -grad, "gradient added")
+                    else:  # becomes the buffer
+                        mem.change(env.now, "gradients", grad, f"gradient buffer of chunk {c}")
+                        grad_open[(wi, c)] = True
                 stash_count[wi] -= 1
                 live[(wi, c)][v] -= 1
                 release_old(wi, c, env.now)
@@ -266,7 +281,8 @@ def simulate(
             else:
                 seq = w_seq[c]
                 w_seq[c] += 1
-                proc = env.process(allreduce(wi, op, seq))
+                consumed, grad_open[(wi, c)] = grad_open[(wi, c)], False
+                proc = env.process(allreduce(wi, op, seq, consumed))
                 start = env.now
                 if op.blocking:
                     yield proc

@@ -16,7 +16,8 @@ class DeviceMemory:
 
     device: int
     capacity: float
-    static: float = 0.0  # gradients + optimizer state
+    static: float = 0.0  # optimizer state, plus gradient buffers when they persist
+    gradients: float = 0.0  # gradient buffers that live from a backward to the update (``per_update``)
     weights: float = 0.0  # weight bytes x live versions
     stashes: float = 0.0  # stashed activations
     transient: float = 0.0  # recomputed activations during a backward
@@ -26,7 +27,7 @@ class DeviceMemory:
 
     @property
     def total(self) -> float:
-        return self.static + self.weights + self.stashes + self.transient
+        return self.static + self.gradients + self.weights + self.stashes + self.transient
 
     def change(self, now: float, what: str, delta: float, context: str) -> None:
         """Add ``delta`` bytes to category ``what``; raise :class:`PipelineOutOfMemory` past capacity."""
@@ -40,6 +41,7 @@ class DeviceMemory:
             raise PipelineOutOfMemory(
                 f"device {self.device} out of memory at t={now:.6g}s ({context}): needs {total / gib:.2f} GiB"
                 f" of {self.capacity / gib:.2f} GiB (weights {self.weights / gib:.2f}, stashed activations"
-                f" {self.stashes / gib:.2f}, recomputed {self.transient / gib:.2f}, gradients+optimizer"
+                f" {self.stashes / gib:.2f}, transient {self.transient / gib:.2f}, gradients"
+                f" {self.gradients / gib:.2f}, static (optimizer and persistent gradients)"
                 f" {self.static / gib:.2f}); use fewer microbatches in flight, recomputation, or more stages"
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,18 @@ class MemoryModel:
     ``optimizer_factor``: optimizer state per weight byte (Adam in fp32: 2; SGD with momentum: 1).
     ``recompute``: keep only each chunk's input per in-flight microbatch and rebuild the rest during
     the backward (GPipe's and Ch. 3's activation recomputation; the backward then also pays a forward).
+    ``gradient_buffer``: when the gradient buffers exist.
+
+    - ``"persistent"``: allocated once and kept (a contiguous grad buffer, DDP buckets).
+    - ``"per_update"``: what ``runtime.pipedream.distributed`` does (and ``zero_grad(set_to_none=True)``):
+      the first backward after an update returns a full gradient that becomes the buffer; every later
+      backward returns a full gradient that sits next to the buffer until it is added (a transient of
+      one gradient at the end of that backward); the update consumes the buffer and frees it once the
+      new weights exist. Between an update and the next backward a chunk holds no gradient at all,
+      so PipeDream's last stage (backward, then update, per input) never holds one next to a stash.
     """
 
     gradient_factor: float = 1.0
     optimizer_factor: float = 2.0
     recompute: bool = False
+    gradient_buffer: Literal["persistent", "per_update"] = "persistent"
