@@ -9,7 +9,10 @@
 1. **Profile** the GPT workload (``runtime/pipedream/gpt.py``) layer by layer on one device with
    ``runtime.pipedream_profiler.profile_layers``: forward/backward time, output, held (saved for the
    backward) and transient bytes, SGD-update time per layer (seed 001 §2.4.1's profiler, plus what the
-   memory model of §3.3.3 needs).
+   memory model of §3.3.3 needs). Times are CUDA-event intervals (on CPU the host clock) over
+   back-to-back iterations, as the pipeline runs them (``time_back_to_back``). As a cross-check
+   (reported, not used), every chunk of the runs' cuts is also timed whole (``profile_chunks``) next
+   to the sum of its layers.
 2. For each GPU count: spawn one process per GPU once (NCCL on ``cuda:rank``) and in it
    - probe the rank 0 → 1 link (latency and bandwidth of NCCL send/recv);
    - run every schedule (GPipe, Flush, 2BW, PipeDream 1F1B, interleaved v=2) on our runtime
@@ -24,12 +27,13 @@
    of the device's layers to the simulated peak.
 
 Writes to DIR (5 files): ``graph.txt`` (the profile in PipeDream's format), ``profile.json``
-(per-layer extras, link probes, settings), ``results.csv`` (ours, real vs simulated, one row per GPU
-count and schedule), ``baseline.csv`` (ours vs torch.distributed.pipelining), ``results.json``
-(everything, for ``report``), and ``ops.csv`` (the op table of one timed run). ``report`` prints the
-markdown tables of docs/pipedream.md, "Real runs on GPUs". ``resimulate`` recomputes the simulated
-columns of DIR's run from its saved profile with the current simulator (no GPU) and writes
-``results.json``, ``results.csv`` and ``report.md`` (plus copies of the other files) to NEW.
+(per-layer extras, the chunk cross-check, link probes, settings), ``results.csv`` (ours, real vs
+simulated, one row per GPU count and schedule), ``baseline.csv`` (ours vs
+torch.distributed.pipelining), ``results.json`` (everything, for ``report``), and ``ops.csv`` (the op
+table of one timed run). ``report`` prints the markdown tables of docs/pipedream.md, "Real runs on
+GPUs". ``resimulate`` recomputes the simulated columns of DIR's run from its saved profile with the
+current simulator (no GPU) and writes ``results.json``, ``results.csv`` and ``report.md`` (plus copies
+of the other files) to NEW.
 """
 
 from __future__ import annotations
@@ -48,9 +52,9 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-from runtime.pipedream.bench import BenchSettings, bench_schedule, rank_main
+from runtime.pipedream.bench import INTERLEAVE, BenchSettings, bench_schedule, rank_main
 from runtime.pipedream.gpt import GPU, TINY, GPTConfig, GPTWorkload, chunk_layers, gpt_sequential, lm_loss
-from runtime.pipedream_profiler import profile_layers, to_graph_txt
+from runtime.pipedream_profiler import profile_chunks, profile_layers, to_graph_txt
 from sim.pipedream.executor import simulate
 from sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
 
@@ -69,8 +73,12 @@ def setup(device: str, quick: bool) -> tuple[GPTConfig, BenchSettings, int]:
     return GPU, BenchSettings(), 10
 
 
-def profile(config: GPTConfig, device: torch.device, iterations: int) -> dict:
-    """Per-layer profile of the whole model on one device (``profile_layers``), as a dict."""
+def profile(
+    config: GPTConfig, device: torch.device, iterations: int, chunkings: tuple[int, ...] = ()
+) -> dict:
+    """Per-layer profile of the whole model on one device (``profile_layers``), as a dict; with
+    ``chunkings``, also each chunk of those cuts timed whole (``profile_chunks``), next to the sum of
+    its layers' times: a cross-check reported in ``profile.json`` under ``chunks``, not used to fit."""
     workload = GPTWorkload(config, SEED)
     model = gpt_sequential(config, SEED, device)
     tokens, targets = workload.microbatch(0, device)
@@ -79,6 +87,20 @@ def profile(config: GPTConfig, device: torch.device, iterations: int) -> dict:
     prof = profile_layers(model, tokens, iterations, 2, "gpt", loss=(lm_loss, targets))
     out = prof.to_dict()
     out["graph_txt"] = to_graph_txt(prof.profile)
+    layers = out["layers"]
+    out["chunks"] = {}
+    for n in sorted(set(chunkings)):
+        cuts = [chunk_layers(config, n, i) for i in range(n)]
+        # timing a chunk's backward holds iterations + warmup graphs of it at once: at most 4 + 1
+        timed = profile_chunks(model, tokens, cuts, min(iterations, 4), 1, loss=(lm_loss, targets))
+        for row in timed:
+            group = layers[row["first_layer"] : row["last_layer"] + 1]
+            for key in ("forward_s", "backward_s"):
+                row[f"layers_{key}"] = sum(g[key] for g in group)
+                row[f"layers_over_chunk_{key.removesuffix('_s')}"] = (
+                    row[f"layers_{key}"] / row[key] if row[key] else math.nan
+                )
+        out["chunks"][str(n)] = timed
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -311,7 +333,8 @@ def run(args: argparse.Namespace) -> int:
     backend = "nccl" if cuda else "gloo"
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     print(f"profiling {config} on {device} ...", flush=True)
-    prof = profile(config, device, iterations)
+    chunkings = tuple(c for world in gpus for c in (world, INTERLEAVE * world))
+    prof = profile(config, device, iterations, chunkings)
     (out / "graph.txt").write_text(prof.pop("graph_txt"))
     meta = {
         "config": {k: str(v) if isinstance(v, torch.dtype) else v for k, v in asdict(config).items()},

@@ -2,11 +2,24 @@
 
 For each child of an ``nn.Sequential`` (a "layer"), the forward and backward times per minibatch, the
 output activation bytes and the parameter bytes, as PipeDream's profiler records them (seed 001 §2.4.1:
-T_l, a_l, w_l). Each layer is timed in isolation on the real input it sees in the model, averaged over
-``iterations`` after ``warmup`` runs; backward is timed by back-propagating a ones gradient through that
-layer alone (or, for the last layer when a loss is given, from the loss). ``to_graph_txt`` writes the
-profile in PipeDream's ``graph.txt`` format, so the planner and simulator can be calibrated from a short
-real profiling run.
+T_l, a_l, w_l). Each layer is timed on the real input it sees in the model; backward is timed by
+back-propagating a ones gradient through that layer alone (or, for the last layer when a loss is given,
+from the loss). ``to_graph_txt`` writes the profile in PipeDream's ``graph.txt`` format, so the planner
+and simulator can be calibrated from a short real profiling run.
+
+**Timing** (``time_back_to_back``) measures what a layer costs inside a pipeline, where the host
+enqueues kernels ahead of the GPU: after ``warmup`` untimed calls (enqueued without waiting, so the GPU
+is already busy), a start event, ``iterations`` calls enqueued back to back, an end event and one wait;
+the time per call is (end − start) / ``iterations``. On CUDA the two marks are
+``torch.cuda.Event(enable_timing=True)`` recorded on the device's current stream, so launch latency
+and the autograd graph walk overlap the GPU's execution of earlier calls, as in the pipeline, instead
+of being added to every call, and the host's ``synchronize`` is outside the interval. On CPU, where
+nothing is asynchronous, the marks are ``time.perf_counter``. Forwards run with autograd recording
+(their outputs are dropped at once); backwards run on fresh graphs built (and synchronised) before the
+start event, one per call, each seeded with the same precomputed gradient, so the interval holds
+``iterations`` complete backwards and nothing else. A layer so small that the host cannot enqueue it
+faster than the GPU runs it is measured at the host's pace; in a pipeline its neighbours' GPU work would
+hide that, so ``profile_chunks`` times whole chunks the same way, as a cross-check of the summed layers.
 
 ``profile_layers`` also measures what the simulator's memory model needs beyond a_l, because a
 transformer block keeps far more for its backward than its output (seed 001 §3.3.3 counts "all
@@ -18,14 +31,20 @@ activations of a microbatch", not just stage outputs):
 - ``transient_bytes``: the extra peak while the layer's forward or backward runs (workspaces, the
   freshly computed gradients) above what is held (CUDA only; 0 on CPU);
 - ``update_s``: one SGD step on the layer's weights (also the cost of accumulating one gradient:
-  both read two weight-sized tensors and write one).
+  both read two weight-sized tensors and write one), timed back to back like the passes.
+
+Memory is measured on one forward and backward between ``synchronize`` calls. The backward timing
+holds ``warmup + iterations`` graphs of the layer (or chunk) at once, i.e. that many times its
+``held_bytes``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -33,11 +52,116 @@ from torch import nn
 from traces.pipedream_profile import Layer, ModelProfile
 
 Loss = tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], torch.Tensor]
+TIMING = "back-to-back: warmup untimed, then (end - start) / iterations between two marks"
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class TimingEvent(Protocol):
+    """The part of ``torch.cuda.Event``'s interface that ``time_back_to_back`` uses."""
+
+    def record(self) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def elapsed_time(self, end: TimingEvent) -> float: ...  # milliseconds from self to end
+
+
+class HostEvent:
+    """A host-clock mark (``time.perf_counter``) with ``torch.cuda.Event``'s timing interface, for CPU
+    runs, which are synchronous: recording it is reading the clock, waiting for it is a no-op."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.t - self.t) * 1000.0
+
+
+class CudaEvent:
+    """``torch.cuda.Event(enable_timing=True)`` recorded on ``device``'s current stream."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.stream = torch.cuda.current_stream(device)
+        self.event = torch.cuda.Event(enable_timing=True)
+
+    def record(self) -> None:
+        self.event.record(self.stream)
+
+    def synchronize(self) -> None:
+        self.event.synchronize()
+
+    def elapsed_time(self, end: CudaEvent) -> float:
+        return self.event.elapsed_time(end.event)
+
+
+def event_factory(device: torch.device) -> Callable[[], TimingEvent]:
+    """The timing marks for ``device``: CUDA events on its current stream, else the host clock."""
+    return partial(CudaEvent, device) if device.type == "cuda" else HostEvent
+
+
+def time_back_to_back(
+    step: Callable[[int], object],
+    iterations: int,
+    warmup: int = 1,
+    event: Callable[[], TimingEvent] = HostEvent,
+) -> float:
+    """Seconds per call of ``step(i)``, as a pipeline experiences it (see the module docstring):
+    ``step(0) .. step(warmup - 1)`` untimed, then a start mark, ``step(warmup) ..
+    step(warmup + iterations - 1)`` back to back, an end mark, one wait for the end mark;
+    (end − start) / ``iterations``. Nothing waits between calls, so on CUDA the calls' launch costs
+    overlap the GPU's execution of the previous ones."""
+    if iterations < 1:
+        raise ValueError("iterations must be >= 1")
+    if warmup < 0:
+        raise ValueError("warmup must be >= 0")
+    for i in range(warmup):
+        step(i)
+    start, end = event(), event()
+    start.record()
+    for i in range(warmup, warmup + iterations):
+        step(i)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0 / iterations
+
+
+def time_passes(
+    run: Callable[[], torch.Tensor],
+    grads_of: Sequence[torch.Tensor],
+    device: torch.device,
+    iterations: int,
+    warmup: int,
+    event: Callable[[], TimingEvent] | None = None,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of ``run()`` and of back-propagating a ones gradient from its output
+    to ``grads_of``, each timed back to back (``time_back_to_back``). The backward's graphs are built
+    and synchronised before its start mark; its time is 0 when the output needs no gradient."""
+    event = event or event_factory(device)
+    forward = time_back_to_back(lambda i: run(), iterations, warmup, event)
+    outs: list[torch.Tensor | None] = [run() for _ in range(warmup + iterations)]
+    first = outs[0]
+    assert first is not None
+    if not first.requires_grad or not grads_of:
+        return forward, 0.0
+    seed = torch.ones_like(first)
+    _sync(device)
+
+    def backward(i: int) -> None:
+        out, outs[i] = outs[i], None  # this call's graph is freed as its backward is enqueued
+        torch.autograd.grad(out, grads_of, seed, allow_unused=True)
+
+    del first
+    return forward, time_back_to_back(backward, iterations, warmup, event)
 
 
 @dataclass(frozen=True)
@@ -53,6 +177,7 @@ class LayerProfile:
         return {
             "name": self.profile.name,
             "batch_size": self.profile.batch_size,
+            "timing": TIMING,
             "layers": [
                 {
                     "description": lay.description,
@@ -117,15 +242,10 @@ def _update_s(layer: nn.Module, device: torch.device, iterations: int, warmup: i
     if not params:
         return 0.0
     grads = [torch.zeros_like(p) for p in params]  # subtracting zeros leaves the weights unchanged
-    total = 0.0
-    for it in range(warmup + iterations):
-        _sync(device)
-        t0 = time.perf_counter()
-        torch._foreach_sub_(params, grads, alpha=0.1)  # as the runtimes' SGD step
-        _sync(device)
-        if it >= warmup:
-            total += time.perf_counter() - t0
-    return total / iterations
+    _sync(device)
+    return time_back_to_back(  # as the runtimes' SGD step
+        lambda i: torch._foreach_sub_(params, grads, alpha=0.1), iterations, warmup, event_factory(device)
+    )
 
 
 def profile_layers(
@@ -161,21 +281,8 @@ def profile_layers(
                 return ()
             return torch.autograd.grad(out, grads_of, torch.ones_like(out), allow_unused=True)
 
-        fwd = bwd = 0.0
-        for it in range(warmup + iterations):
-            _sync(device)
-            t0 = time.perf_counter()
-            out = run()
-            _sync(device)
-            t1 = time.perf_counter()
-            grads = backward(out)
-            _sync(device)
-            t2 = time.perf_counter()
-            del grads
-            if it >= warmup:
-                fwd += t1 - t0
-                bwd += t2 - t1
-        del out
+        _sync(device)
+        fwd, bwd = time_passes(run, grads_of, device, iterations, warmup)
         layer_held, layer_transient = _memory(layer, inp, run, backward)
         with torch.no_grad():
             y = layer(inp)
@@ -185,8 +292,8 @@ def profile_layers(
             Layer(
                 name=f"node{index + 1}",
                 description=type(layer).__name__,
-                forward_s=fwd / iterations,
-                backward_s=bwd / iterations,
+                forward_s=fwd,
+                backward_s=bwd,
                 activation_bytes=act,
                 parameter_bytes=params,
             )
@@ -198,6 +305,56 @@ def profile_layers(
         x = y
     profile = ModelProfile(name, tuple(layers), tuple(cuts), int(sample.shape[0]))
     return LayerProfile(profile, tuple(held), tuple(transient), tuple(updates))
+
+
+def profile_chunks(
+    model: nn.Sequential,
+    sample: torch.Tensor,
+    chunks: Sequence[Sequence[int]],
+    iterations: int = 4,
+    warmup: int = 1,
+    loss: Loss | None = None,
+) -> list[dict]:
+    """Forward and backward seconds of whole chunks of ``model`` (each a run of consecutive layer
+    indices), timed like single layers (``time_passes``) on the inputs the chunks see in the model, as a
+    pipeline stage runs them: one autograd graph over the chunk, gradients for its weights and (unless
+    it is integer-valued) its input, the loss included in a chunk that ends with the last layer when
+    ``loss`` is given. A cross-check of the summed per-layer times; nothing is fitted to it.
+
+    Returns one dict per chunk: ``first_layer``, ``last_layer``, ``forward_s``, ``backward_s``."""
+    if iterations < 1:
+        raise ValueError("iterations must be >= 1")
+    device = sample.device
+    count = len(model)
+    for chunk in chunks:
+        idx = list(chunk)
+        if not idx or idx != list(range(idx[0], idx[0] + len(idx))) or idx[0] < 0 or idx[-1] >= count:
+            raise ValueError(f"a chunk must be consecutive layer indices within 0..{count - 1}, got {idx}")
+    inputs = [sample]  # inputs[i]: what layer i sees
+    with torch.no_grad():
+        for layer in list(model)[:-1]:
+            inputs.append(layer(inputs[-1]))
+    out = []
+    for chunk in chunks:
+        idx = list(chunk)
+        x = inputs[idx[0]]
+        inp = x.detach().requires_grad_(x.is_floating_point())
+        part = [model[i] for i in idx]
+        with_loss = loss is not None and idx[-1] == count - 1
+        grads_of = ([inp] if inp.requires_grad else []) + [
+            p for layer in part for p in layer.parameters() if p.requires_grad
+        ]
+
+        def run(part: list = part, inp: torch.Tensor = inp, with_loss: bool = with_loss) -> torch.Tensor:
+            y = inp
+            for layer in part:
+                y = layer(y)
+            return loss[0](y, loss[1]) if with_loss else y  # type: ignore[index]
+
+        _sync(device)
+        fwd, bwd = time_passes(run, grads_of, device, iterations, warmup)
+        out.append({"first_layer": idx[0], "last_layer": idx[-1], "forward_s": fwd, "backward_s": bwd})
+    return out
 
 
 def profile_sequential(

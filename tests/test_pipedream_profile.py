@@ -121,3 +121,86 @@ def test_torch_profiler_round_trip(tmp_path):
     assert [lay.parameter_bytes for lay in loaded.layers] == [lay.parameter_bytes for lay in profile.layers]
     assert loaded.cut_bytes == profile.cut_bytes
     assert loaded.layers[2].backward_s == pytest.approx(profile.layers[2].backward_s, abs=1e-6)
+
+
+class _FakeEvent:
+    """A timing mark on a fake clock that advances 1 ms per logged step; every call is logged."""
+
+    def __init__(self, log: list, clock: list) -> None:
+        self.log, self.clock, self.t = log, clock, None
+
+    def record(self):
+        self.t = self.clock[0]
+        self.log.append("record")
+
+    def synchronize(self):
+        self.log.append("sync")
+
+    def elapsed_time(self, end):
+        return end.t - self.t
+
+
+def _fake_events():
+    log, clock = [], [0.0]
+    return log, clock, lambda: _FakeEvent(log, clock)
+
+
+def test_time_back_to_back_one_interval_over_k_calls():
+    from runtime.pipedream_profiler import time_back_to_back
+
+    log, clock, event = _fake_events()
+
+    def step(i):
+        log.append(i)
+        clock[0] += 2.0 if i < 2 else 3.0  # warm-up calls are slower; they must not count
+
+    seconds = time_back_to_back(step, iterations=5, warmup=2, event=event)
+    # warm-up untimed, then one start mark, k calls with no wait between them, one end mark, one wait
+    assert log == [0, 1, "record", 2, 3, 4, 5, 6, "record", "sync"]
+    assert seconds == pytest.approx(3.0e-3)  # 15 ms over 5 calls, not over 7 and not in ms
+    with pytest.raises(ValueError):
+        time_back_to_back(step, iterations=0, event=event)
+
+
+def test_time_passes_times_only_backwards_on_prebuilt_graphs():
+    torch = pytest.importorskip("torch")
+    from runtime.pipedream_profiler import time_passes
+
+    log, clock, event = _fake_events()
+
+    class Logged(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            log.append("F")
+            clock[0] += 1.0
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            log.append("B")
+            clock[0] += 4.0
+            return grad * 2
+
+    x = torch.randn(3, requires_grad=True)
+    fwd, bwd = time_passes(lambda: Logged.apply(x), [x], torch.device("cpu"), 3, 1, event)
+    timed_forwards = ["F", "record", "F", "F", "F", "record", "sync"]
+    graphs = ["F"] * 4  # built before the backward's start mark, one per backward
+    timed_backwards = ["B", "record", "B", "B", "B", "record", "sync"]
+    assert log == timed_forwards + graphs + timed_backwards
+    assert fwd == pytest.approx(1e-3) and bwd == pytest.approx(4e-3)
+
+
+def test_profile_chunks_cross_check():
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from runtime.pipedream_profiler import profile_chunks
+
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    target = torch.randn(8, 16)
+    loss = (nn.functional.mse_loss, target)
+    rows = profile_chunks(model, torch.randn(8, 32), [range(0, 2), [2]], iterations=2, loss=loss)
+    assert [(r["first_layer"], r["last_layer"]) for r in rows] == [(0, 1), (2, 2)]
+    assert all(r["forward_s"] > 0 and r["backward_s"] > 0 for r in rows)
+    with pytest.raises(ValueError, match="consecutive"):
+        profile_chunks(model, torch.randn(8, 32), [[0, 2]])
