@@ -56,12 +56,14 @@ class Experiment:
 
     keys: tuple[str, ...]
     metrics: dict[str, tuple[str, str]]  # suite metric name -> (sim column, real column)
+    table: str = "results.csv"
 
 
 EXPERIMENTS: dict[str, Experiment] = {
     "flexrr_gpu": Experiment(
         ("mode",), {"time_per_iteration_s": ("sim_time_per_iteration_s", "real_time_per_iteration_s")}
     ),
+    "psld_gpu": Experiment(("policy",), {"iterations_per_s": ("sim_it_s", "real_it_s")}, "table.csv"),
     "pipedream_gpu": Experiment(
         ("gpus", "schedule"),
         {
@@ -476,8 +478,9 @@ def _run_gpu_experiment(
 def _run_experiment_script(
     case: Case, case_dir: Path, step: ProgressCallback, from_dir: Path | None
 ) -> dict[str, Any]:
-    """Read (or produce, with ``python -m experiments.<name> run``) a GPU experiment's ``results.csv``:
-    one row per configuration and metric, named ``<configuration> <metric>``."""
+    """Read (or produce, with ``python -m experiments.<name> run``) a GPU experiment's results table
+    (``results.csv``, or the experiment's own name for it): one row per configuration and metric, named
+    ``<configuration> <metric>``."""
     import pandas as pd
 
     from analysis.compare import relative_error
@@ -485,10 +488,10 @@ def _run_experiment_script(
     name = case.experiment or ""
     spec = EXPERIMENTS[name]
     work = (from_dir or case_dir / "work").resolve()
-    table = work / "results.csv"
+    table = work / spec.table
     if not table.is_file():
         if from_dir is not None:
-            raise InputError(str(from_dir), f"no results.csv of experiment {name} there")
+            raise InputError(str(from_dir), f"no {spec.table} of experiment {name} there")
         step(0.0, f"GPU experiment {name}")
         _experiment_module(name, "run", "--out", str(work))
         if not table.is_file():

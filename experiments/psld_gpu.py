@@ -17,12 +17,14 @@ It then checks that the PSLD run's final parameters (after its reassignments and
 migration) are bit-identical to the serial reference of the same job, which never reassigns, with every
 worker's gradient computed on the same device (deterministic cuBLAS), reports each reassignment's pause
 (PREPARE barrier + migration), and simulates mxnet and PSLD with the calibrated parameters. DIR gets
-``results.json`` (everything), ``calibration.json``, ``table.csv``, ``pauses.csv`` and the iteration
-tables of the five runs (``*_iterations.parquet``). ``report`` prints the markdown table from DIR.
+``results.json`` (everything), ``calibration.json``, ``table.csv``, ``pauses.csv``, the iteration
+tables of the five runs (``*_iterations.parquet``), every real block sample (``real_samples.parquet``:
+the scheduler's time and the raw time from push issue) and PSLD's reports and reassignments, real and
+simulated (``{real,sim}_psld_{reports,reassignments}.parquet``). ``report`` prints the markdown table
+from DIR.
 
-Wall time (estimated, not yet measured on the GPU machine): 2.5-3.5 min at full size on 4 GPUs and 64
-cores (process start-up included: 60 s of real runs, the serial GPU reference over PSLD's iterations,
-two simulations of 24 s), about 1.5 min with ``--quick``. ``--device cpu --tiny`` took 60 s on a
+Wall time: the first run on 4 H100s and 64 cores took 95 s (80 s of it the real runs, start-up
+included); about 1 min with ``--quick``. ``--device cpu --tiny`` took 60 s on a
 shared 2-core VM at load average 12.
 """
 
@@ -116,6 +118,15 @@ def real_vs_sim(
     sims = {}
     for p in POLICIES:
         sims[p] = simulate(load_scenario(scenario, [*base, *timing, f"policy={p}", *cal.overrides()]))
+    # the calibration's own check: the simulated profiling run must not beat the real one it measured
+    profile_sim = simulate(
+        load_scenario(
+            scenario,
+            [*base, *PROFILE, f"duration_s={profile_s}", f"warmup_s={min(warmup_s, profile_s / 2)}"]
+            + cal.overrides(),
+        )
+    )
+    log(f"profiling: real {_rate(profile):.3f} it/s, calibrated sim {_rate(profile_sim):.3f} it/s")
     rows = []
     for p, real in zip(POLICIES, reals, strict=True):
         r, s = _rate(real), _rate(sims[p])
@@ -157,6 +168,7 @@ def real_vs_sim(
         "real_wall_s": real_wall,
         "calibration": cal.as_dict(),
         "profiling_it_s": _rate(profile),
+        "profiling_sim_it_s": _rate(profile_sim),
         "table": rows,
         "speedup_real": by["psld"]["real_it_s"] / by["mxnet"]["real_it_s"],
         "speedup_sim": by["psld"]["sim_it_s"] / by["mxnet"]["sim_it_s"],
@@ -173,7 +185,7 @@ def real_vs_sim(
     }
     runs = {"real_profiling": profile, **{f"real_{p}": r for p, r in zip(POLICIES, reals, strict=True)}}
     runs.update({f"sim_{p}": sims[p] for p in POLICIES})
-    return {"results": results, "runs": runs}
+    return {"results": results, "runs": runs, "sim_profiling": profile_sim}
 
 
 def _gpus(device: str) -> list[str]:
@@ -200,6 +212,22 @@ def write(out: Path, done: dict[str, Any]) -> None:
             writer.writerows(rows)
     for name, result in done["runs"].items():
         result.tables["iterations"].to_parquet(out / f"{name}_iterations.parquet")
+    # what the scheduler saw and did: every block sample of the real runs (the scheduler's, and the raw
+    # time from push issue that the calibration fits), and PSLD's reports and reassignments, real and sim
+    import pandas as pd
+
+    rows = [
+        (name, s.worker, s.server, s.nbytes, s.seconds, raw.seconds)
+        for name, result in done["runs"].items()
+        if name.startswith("real_")
+        for s, raw in zip(result.samples, getattr(result, "raw_samples", result.samples), strict=True)
+    ]
+    columns = ["run", "worker", "server", "nbytes", "seconds", "raw_seconds"]
+    pd.DataFrame(rows, columns=columns).to_parquet(out / "real_samples.parquet")
+    for side in ("real", "sim"):
+        result = done["runs"][f"{side}_psld"]
+        for table in ("reports", "reassignments"):
+            result.tables[table].to_parquet(out / f"{side}_psld_{table}.parquet")
 
 
 def report(results: dict[str, Any]) -> str:
@@ -235,7 +263,8 @@ def report(results: dict[str, Any]) -> str:
         f" simulation within 10% of the real throughput: {within}",
         f"* parameters after the reassignment(s) identical to the no-reassignment reference:"
         f" {results['params_identical']}",
-        f"* calibration (profiling run, {results['profiling_it_s']:.3f} it/s):"
+        f"* calibration (profiling run, {results['profiling_it_s']:.3f} it/s; the calibrated simulation"
+        f" of it: {results.get('profiling_sim_it_s', math.nan):.3f} it/s):"
         f" compute {cal['compute_s'] * 1e3:.1f} ms + barrier {cal['barrier_s'] * 1e3:.1f} ms per iteration,"
         f" link {cal['link_gbps']:.2f} Gbit/s per"
         f" process (per PS: {', '.join(f'{g:.2f}' for g in cal['link_gbps_per_ps'])}), latency"

@@ -275,7 +275,7 @@ def test_gpu_suite_without_from_runs_the_experiment(tmp_path: Path, monkeypatch:
 
     def script(name: str, step: str, flag: str, work: str) -> None:
         calls.append((name, step))
-        case = {"flexrr_gpu": "flexrr-gpu", "pipedream_gpu": "pipedream-gpu"}[name]
+        case = {"flexrr_gpu": "flexrr-gpu", "pipedream_gpu": "pipedream-gpu", "psld_gpu": "psld-gpu"}[name]
         shutil.copytree(GPU_RESULTS / case, work)
 
     monkeypatch.setattr(fidelity, "_experiment", experiment)
@@ -283,7 +283,7 @@ def test_gpu_suite_without_from_runs_the_experiment(tmp_path: Path, monkeypatch:
     out = tmp_path / "gpu"
     assert main(["validate", "--backend", "gpu", "--out", str(out), "--quiet"]) == 0
     assert calls[:2] == [("run", "--policies", "las"), ("compare",)]
-    assert ("flexrr_gpu", "run") in calls and ("pipedream_gpu", "run") in calls
+    assert {("flexrr_gpu", "run"), ("pipedream_gpu", "run"), ("psld_gpu", "run")} <= set(calls)
     assert (out / "cases" / "gavel-las-gpu" / "work" / "real-las" / "summary.json").is_file()
     errors = [r["error"] for r in rows_of(out) if r["case"] == "gavel-las-gpu"]
     assert errors == pytest.approx([-0.350, -0.297, -0.044], abs=5e-4)

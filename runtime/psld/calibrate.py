@@ -21,7 +21,9 @@ nothing is fitted to make a throughput come out right:
   carries all W workers' copies of each block in each direction. The simulator gives every node a link
   of that rate per direction (``cluster.server_gbps``; workers run the same transport, so
   ``cluster.worker_gbps`` too): the per-node NIC model that the real host matches when each process has
-  its own core.
+  its own core. Where the slope is not significantly positive, the link does not bound that PS and the
+  rate is the slowest the measurement allows (``link_rate``), never infinite. The line is fitted on the
+  raw times from push issue (``result.raw_samples``); the scheduler gets the de-queued ones.
 * ``latency_s``: half the line's zero-byte intercept (median over PSs): a block's fixed round-trip
   cost, split over its push and its pull (``costs.message_latency_s``). The per-message CPU cost is inside
   the measured slope and intercept, so ``costs.message_cpu_s`` is 0.
@@ -36,7 +38,6 @@ scenario's; a straggler's value is the same number in both backends.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -90,11 +91,27 @@ class Calibration:
         return {**asdict(self), "overrides": self.overrides()}
 
 
-def per_ps_lines(result: RunResult, skip: int = 1) -> dict[int, tuple[float, float]]:
-    """PS -> (slope s/B, intercept s) of block time against the bytes of that PS's blocks up to and
-    including the block in its iteration, over every worker and every iteration after the first
-    ``skip`` (the first pays first-touch costs). The run must keep one layout (no reassignment)."""
+@dataclass(frozen=True)
+class Line:
+    """One PS's line of block time against the bytes of that PS's blocks up to and including the block
+    (see ``per_ps_lines``): ``slope`` s/B with its standard error, ``intercept`` s, and ``window_s`` /
+    ``load_bytes``: the median over worker iterations of the PS's slowest block time (push issue to the
+    last pull of that PS) and the PS's bytes per iteration."""
+
+    slope: float
+    slope_se: float
+    intercept: float
+    window_s: float
+    load_bytes: float
+
+
+def per_ps_lines(result: RunResult, skip: int = 1) -> dict[int, Line]:
+    """PS -> ``Line`` of block time (push issue to the block's own pull: ``result.raw_samples``) against
+    the bytes of that PS's blocks up to and including the block in its iteration, over every worker and
+    every iteration after the first ``skip`` (the first pays first-touch costs). The run must keep one
+    layout (no reassignment)."""
     job = result.job  # type: ignore[attr-defined]
+    samples = getattr(result, "raw_samples", None) or result.samples  # type: ignore[attr-defined]
     nb = len(job.blocks)
     cum = np.zeros(nb)
     seen: dict[int, float] = {}
@@ -104,21 +121,50 @@ def per_ps_lines(result: RunResult, skip: int = 1) -> dict[int, tuple[float, flo
         cum[b.id] = seen[r]
     xs: dict[int, list[float]] = {}
     ys: dict[int, list[float]] = {}
+    spans: dict[int, dict[tuple[int, int], float]] = {}
     per_worker: dict[int, list] = {}
-    for s in result.samples:  # type: ignore[attr-defined]
+    for s in samples:
         per_worker.setdefault(s.worker, []).append(s)
-    for samples in per_worker.values():
-        for i, s in enumerate(samples):
+    for w, group in per_worker.items():
+        for i, s in enumerate(group):
             if i // nb < skip:
                 continue
             b = i % nb
             xs.setdefault(s.server, []).append(cum[b])
             ys.setdefault(s.server, []).append(s.seconds)
+            key = (w, i // nb)
+            span = spans.setdefault(s.server, {})
+            span[key] = max(span.get(key, 0.0), s.seconds)
     out = {}
     for r in sorted(xs):
-        slope, intercept = np.polyfit(np.asarray(xs[r]), np.asarray(ys[r]), 1)
-        out[r] = (float(slope), float(intercept))
+        x, y = np.asarray(xs[r]), np.asarray(ys[r])
+        (slope, intercept), cov = np.polyfit(x, y, 1, cov="unscaled")
+        resid = y - (slope * x + intercept)
+        dof = max(1, len(x) - 2)
+        se = float(np.sqrt(max(cov[0][0], 0.0) * float(resid @ resid) / dof))
+        out[r] = Line(float(slope), se, float(intercept), float(np.median(list(spans[r].values()))), seen[r])
     return out
+
+
+def link_rate(line: Line, workers: int) -> float:
+    """A PS's transfer rate in bytes/s from its ``Line``: every block of the PS crosses its link once per
+    worker, so a byte ahead of a block costs ``workers`` bytes of transfer, and the rate is
+    ``workers / slope``.
+
+    When the slope is not significantly above zero (slope < 2 standard errors: the bytes ahead of a
+    block do not measurably delay it, so the link is not what bounds this PS at this load), the point
+    estimate is meaningless (it was infinite or negative in the first GPU run). The rate is then the
+    slowest one the measurement allows: ``workers / (slope + 2 se)`` if that bound is positive, and
+    otherwise the rate the PS demonstrably sustained, ``workers x its bytes / its slowest block's time``
+    (every byte it held crossed in that window, latency and waiting included, so it is a lower bound).
+    Either way it is finite, and the simulator moves the PS's bytes no faster than the profiling run
+    shows they moved."""
+    if line.slope > 2.0 * line.slope_se and line.slope > 0:
+        return workers / line.slope
+    upper = line.slope + 2.0 * line.slope_se
+    if upper > 0:
+        return workers / upper
+    return workers * line.load_bytes / max(line.window_s, 1e-9)
 
 
 def calibrate(result: RunResult) -> Calibration:
@@ -136,10 +182,9 @@ def calibrate(result: RunResult) -> Calibration:
     gaps, ks = gaps[ks >= 2], ks[ks >= 2]  # from the second boundary on (the first pays first touches)
     reporting = gaps[(ks % job.report_every) == 0] if job.report_every else gaps
     lines = per_ps_lines(result)
-    rates = tuple(W / a / GBIT if a > 0 else math.inf for a, _ in lines.values())
-    finite = [g for g in rates if math.isfinite(g)]
-    link = float(np.mean(finite)) if finite else math.inf
-    latency = max(0.0, float(np.median([c for _, c in lines.values()]))) / 2.0
+    rates = tuple(link_rate(line, W) / GBIT for line in lines.values())
+    link = float(np.mean(rates))
+    latency = max(0.0, float(np.median([line.intercept for line in lines.values()]))) / 2.0
     sum_rate = sum(measured["sum_bytes"]) / max(sum(measured["sum_s"]), 1e-12) / 1e9
     update = None
     if job.mode == "vanilla" and sum(measured["update_s"]) > 0:
@@ -173,4 +218,4 @@ def algorithm3_seconds(result: RunResult, repeats: int = 3) -> float:
     return float(np.median(times))
 
 
-__all__ = ["Calibration", "algorithm3_seconds", "calibrate", "per_ps_lines"]
+__all__ = ["Calibration", "Line", "algorithm3_seconds", "calibrate", "link_rate", "per_ps_lines"]

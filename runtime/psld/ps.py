@@ -4,8 +4,9 @@ Ranks 0..S-1 are PSs (rank 0 doubles as the scheduler), ranks S..S+W-1 workers. 
 worker pushes each block's gradient to the block's owner (tag = block id); an owner sums the W pushes in
 worker order (so the sum does not depend on which PS owns the block), then in vanilla mode applies SGD
 with momentum to the parameters it holds and sends the new parameters back, or in BytePS mode sends the
-sum back and the workers apply SGD. Workers time each block from push issue to pull completion and
-report (server, bytes, seconds) samples. A worker computes its gradient on the CPU or on its GPU
+sum back and the workers apply SGD. Workers time each block to its pull completion, from its push or
+from the same PS's previous pull if that came later (``dequeued``: the simulator's sample), and report
+(server, bytes, seconds) samples. A worker computes its gradient on the CPU or on its GPU
 (``Job.device``; parameters in, gradient out over the host, as gloo moves host memory), either the
 closed-form toy or a linear layer's gradient over a synthetic minibatch (``Job.gradient``). A throttled
 PS emulates a capped NIC, each direction paced concurrently (``run_server``).
@@ -361,15 +362,22 @@ def _migrate(
 
 
 def run_worker(
-    rank: int, job: Job, marks: Marks | None = None, compute_s: list[float] | None = None
+    rank: int,
+    job: Job,
+    marks: Marks | None = None,
+    compute_s: list[float] | None = None,
+    raw: list[Sample] | None = None,
 ) -> tuple[torch.Tensor, list[Sample]]:
-    """Train; returns the final parameters and the block timing samples (and appends each iteration's
-    gradient computation time, host-to-device and device-to-host copies included, to ``compute_s``).
+    """Train; returns the final parameters and the block timing samples the scheduler gets (and appends
+    each iteration's gradient computation time, host-to-device and device-to-host copies included, to
+    ``compute_s``, and every block's raw time from push issue to its own pull to ``raw``).
 
     A block's sample ends when *its* pull completes. Waiting on the pulls in block order would time a
     fast PS's block queued behind a throttled PS's block as slow as that one, and PSLD would never see
     the difference between the servers; so one thread per PS waits on that PS's pulls, in the order the
-    PS sends them, and stamps each (gloo's ``is_completed`` only turns true inside ``wait``).
+    PS sends them, and stamps each (gloo's ``is_completed`` only turns true inside ``wait``). The sample
+    starts when the block could first be served: at its push, or when the same PS's previous block came
+    back, whichever is later (``dequeued``), which is the simulator's sample.
     """
     w = rank - job.servers
     if job.device == "cuda":
@@ -407,16 +415,41 @@ def run_worker(
                 done.update(stamps)
             for r in sends:
                 r.wait()
-            for b in job.blocks:
-                sample = Sample(w, owners[b.id], float(b.nbytes), done[b.id] - issued[b.id])
+            for b, seconds in zip(job.blocks, dequeued(job.blocks, owners, issued, done), strict=True):
+                sample = Sample(w, owners[b.id], float(b.nbytes), seconds)
                 samples.append(sample)
                 period.append(sample)
+                if raw is not None:
+                    raw.append(Sample(w, owners[b.id], float(b.nbytes), done[b.id] - issued[b.id]))
             for b in job.blocks:
                 if job.mode == "vanilla":
                     params[_slice(b)] = pulled[b.id]
                 else:
                     _sgd(params[_slice(b)], momentum[_slice(b)], pulled[b.id], job)
     return params, samples
+
+
+def dequeued(
+    blocks: Sequence[Block], owners: Sequence[int], issued: dict[int, float], done: dict[int, float]
+) -> list[float]:
+    """Each block's time without its wait behind the same PS's earlier blocks of the iteration: from the
+    later of its push and the previous block's pull (of the same PS, in block order, which is the order
+    the PS serves them) to its own pull. This is the simulator's sample (``sim.psld.engine``: each
+    message's transfer from the moment it heads its connection's queue, plus the PS's service), the
+    service time of a FIFO queue (departure - max(arrival, previous departure)).
+
+    *Why:* from push issue, a block's time also counts every block of the same PS served before it, so
+    it grows with the PS's load and not with the block's bytes. Pred(r, s) = alpha s + beta fitted on
+    that makes a PS look slow because it is loaded and fast because it is empty; the first GPU run
+    (docs/psld.md, "Real runs (GPU)") moved the whole model between PSs every few reports, three times
+    onto the throttled PS, which held only exploration blocks when it was measured."""
+    out, last = [], {}
+    for b in blocks:
+        r = owners[b.id]
+        start = issued[b.id] if r not in last else max(issued[b.id], last[r])
+        out.append(done[b.id] - start)
+        last[r] = done[b.id]
+    return out
 
 
 def _wait_in_order(works: list) -> dict[int, float]:

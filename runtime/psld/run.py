@@ -30,7 +30,9 @@ What maps onto the runtime:
   shorter after its first decision.) A 1-iteration probe of the same job runs first in the same process
   group to pay the first-touch costs; it is not in the tables, and ``info["probe_iteration_s"]`` records
   it.
-* **Timing samples**: ``ps.run_worker`` times each block to its own pull (see there why); the PREPARE
+* **Timing samples**: ``ps.run_worker`` times each block to its own pull, from its push or the same
+  PS's previous pull, whichever is later (``ps.dequeued``, the simulator's sample; see there why); the
+  raw push-to-pull times go to ``result.raw_samples`` for the calibration; the PREPARE
   barrier's arrival and release times (``ps.Marks``) give the iterations' boundaries.
 
 Refused with an ``InputError`` naming the field: ``cluster.standby`` (no standby-PS activation, so no
@@ -250,8 +252,14 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
         payload: tuple = (sorted(held), records, stats)
     else:
         compute: list[float] = []
-        params, samples = ps.run_worker(rank, job, marks, compute)
-        payload = (params.numpy().tobytes(), [(s.server, s.nbytes, s.seconds) for s in samples], compute)
+        raw: list = []
+        params, samples = ps.run_worker(rank, job, marks, compute, raw)
+        payload = (
+            params.numpy().tobytes(),
+            [(s.server, s.nbytes, s.seconds) for s in samples],
+            compute,
+            [(s.server, s.nbytes, s.seconds) for s in raw],
+        )
     end = time.monotonic()
     return origin, marks, end, payload, len(marks), per
 
@@ -427,6 +435,11 @@ def run_real_many(
         result.job = replace(job, iterations=extra["iterations_run"])  # type: ignore[attr-defined]
         result.samples = [  # type: ignore[attr-defined]
             Sample(w, int(r), nbytes, seconds) for w in range(W) for r, nbytes, seconds in out[S + w][3][1]
+        ]
+        # from push issue to the block's own pull, queueing behind the PS's earlier blocks included
+        # (what runtime.psld.calibrate regresses on the bytes ahead of each block)
+        result.raw_samples = [  # type: ignore[attr-defined]
+            Sample(w, int(r), nbytes, seconds) for w in range(W) for r, nbytes, seconds in out[S + w][3][3]
         ]
         result.measured = measured  # type: ignore[attr-defined]
         results.append(result)

@@ -1,0 +1,113 @@
+"""What a real run's timing samples mean to PSLD's scheduler, and the calibration's link rate.
+
+The first GPU run (docs/psld.md, "Real runs (GPU)") timed every block from its push to its own pull.
+That counts the wait behind every block the same PS served before it, so a loaded PS looked slow and an
+empty one fast, and the scheduler moved the whole model from PS to PS every few reports, three times
+onto the throttled PS. ``runtime.psld.ps.dequeued`` starts a block's time when the PS could first serve
+it, which is the simulator's sample. These tests replay the scheduler on a FIFO model of the runtime's
+pipeline (no processes), with the GPU scenario's blocks, configuration and random stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from policies.psld.blocks import Block
+from policies.psld.placement import loads_of
+from policies.psld.profiling import Sample
+from policies.psld.scheduler import PSLDScheduler
+from runtime.psld.calibrate import Line, link_rate
+from runtime.psld.ps import dequeued
+from runtime.psld.run import build_job
+from scenarios.load import load_scenario
+from scenarios.psld_setup import scheduler_config
+
+SCENARIO = "scenarios/psld-real-gpu.yaml"
+
+
+def _timeline(blocks, owners, per_byte: dict[int, float], skew: float, fixed: float = 2e-3):
+    """Push issue and pull completion of every block for one worker: each PS serves its blocks in block
+    order, one after another, ``per_byte[r] * bytes + fixed`` each; the first waits ``skew`` longer for
+    the other workers' pushes."""
+    issued = {b.id: 0.0 for b in blocks}
+    done, clock = {}, {}
+    for b in blocks:
+        r = owners[b.id]
+        svc = per_byte[r] * b.nbytes + fixed
+        clock[r] = clock.get(r, skew) + svc
+        done[b.id] = clock[r]
+    return issued, done
+
+
+def test_a_dequeued_sample_does_not_grow_with_the_blocks_ahead() -> None:
+    blocks = tuple(Block(i, i, i * 4096, 4096) for i in range(6))
+    owners = (0, 0, 0, 0, 0, 1)
+    issued, done = _timeline(blocks, owners, {0: 1e-6, 1: 1e-6}, skew=0.0)
+    raw = [done[b.id] - issued[b.id] for b in blocks]
+    assert raw[4] > 4 * raw[0]  # from push issue: PS 0's fifth block waits behind four
+    times = dequeued(blocks, owners, issued, done)
+    assert np.allclose(times, times[0])  # without the queue every same-size block takes the same
+
+
+def _replay(sample_of: str, reports: int = 32) -> list[tuple[int, dict[int, float]]]:
+    """The scheduler's decisions over ``reports`` reports of the GPU job (PS 2 at 1 Gbit/s, PSs 0 and 1
+    bound by their CPU at 1.4 ns/B), with samples from push issue (``raw``) or ``dequeued``."""
+    sc = load_scenario(SCENARIO, ["runtime.device=cpu"])
+    job = build_job(sc)
+    sizes = [b.nbytes for b in job.blocks]
+    per_byte = {0: 1.4e-9, 1: 1.4e-9, 2: job.workers / 125e6}
+    sched = PSLDScheduler(sizes, list(range(job.servers)), [], scheduler_config(sc))
+    rng = np.random.default_rng(np.random.SeedSequence(list(job.seed)))
+    noise = np.random.default_rng(1)
+    owners = tuple(job.owners)
+    decisions = []
+    for report in range(1, reports + 1):
+        samples = []
+        for _ in range(job.report_every):
+            for w in range(job.workers):
+                issued, done = _timeline(job.blocks, owners, per_byte, skew=float(noise.uniform(0, 0.01)))
+                if sample_of == "raw":
+                    times = [done[b.id] - issued[b.id] for b in job.blocks]
+                else:
+                    times = dequeued(job.blocks, owners, issued, done)
+                for b, t in zip(job.blocks, times, strict=True):
+                    jitter = float(np.exp(0.05 * noise.standard_normal()))
+                    samples.append(Sample(w, owners[b.id], float(b.nbytes), t * jitter))
+        sched.observe(samples)
+        d = sched.decide(report, owners, rng)
+        if d.owners is not None:
+            owners = d.owners
+            decisions.append((report, loads_of(sizes, owners)))
+    return decisions
+
+
+def test_dequeued_samples_unload_the_throttled_ps_once_and_settle() -> None:
+    decisions = _replay("dequeued")
+    model = sum(decisions[0][1].values())
+    assert 1 <= len(decisions) <= 2
+    # the throttled PS keeps at most exploration's share (epsilon / #PS of the bytes, with slack)
+    assert all(loads.get(2, 0.0) <= 0.15 * model for _, loads in decisions)
+
+
+def test_samples_from_push_issue_make_the_scheduler_chase_the_emptiest_ps() -> None:
+    # what the first GPU run did: from push issue, the samples measure load, not speed
+    decisions = _replay("raw")
+    assert len(decisions) >= 4
+    model = sum(decisions[0][1].values())
+    # everything on one PS, then on another: the map swings between single PSs
+    assert max(loads.get(0, 0.0) for _, loads in decisions) > 0.9 * model
+    assert max(loads.get(1, 0.0) for _, loads in decisions) > 0.9 * model
+
+
+def test_link_rate_is_finite_when_the_link_is_not_the_bottleneck() -> None:
+    W = 4
+    significant = Line(slope=1e-9, slope_se=1e-11, intercept=0.02, window_s=0.05, load_bytes=15e6)
+    assert math.isclose(link_rate(significant, W), W / 1e-9)
+    flat = Line(slope=-1e-11, slope_se=1e-10, intercept=0.02, window_s=0.05, load_bytes=15e6)
+    assert math.isclose(link_rate(flat, W), W / (-1e-11 + 2e-10))  # the slowest rate the data allows
+    falling = Line(slope=-1e-9, slope_se=1e-11, intercept=0.02, window_s=0.05, load_bytes=15e6)
+    assert math.isclose(link_rate(falling, W), W * 15e6 / 0.05)  # the rate it sustained
+    for line in (significant, flat, falling):
+        assert math.isfinite(link_rate(line, W)) and link_rate(line, W) > 0
