@@ -77,6 +77,26 @@ class Stragglers(_Strict):
     workers: list[NonNegativeInt] | None = None
 
 
+class ParameterServer(_Strict):
+    """The sharded parameter server's data plane (§3.2; ``sim/flexrr/ps.py``). Simulator only.
+
+    * ``model_bytes``: size of the model, and of every worker's per-iteration update. 0 (the default):
+      no PS traffic is modelled and the SSP gate opens ``ps_sync_s`` after the slowest worker's
+      completion, exactly as before this section existed.
+    * ``shards``: how many shards (None: one per machine, as in the paper); shard j lives on machine
+      j mod machines and owns a contiguous 1/shards slice of the model.
+    * ``nic_gbps``: each machine's NIC, per direction (full duplex), shared max-min fairly by the flows
+      crossing it. 1 Gbps: the paper's clusters (§3.4.1, "1 GbE").
+    * ``latency_s``: one-way latency a push or pull pays after its last byte (None: ``latency_s``, the
+      control messages' latency; the same network carries both).
+    """
+
+    model_bytes: NonNegativeInt = 0
+    shards: PositiveInt | None = None
+    nic_gbps: PositiveFloat = 1.0
+    latency_s: NonNegativeFloat | None = None
+
+
 class FlexRRRuntime(_Strict):
     """How the real runtime (``runtime/flexrr``) trains; the simulator ignores this block.
 
@@ -123,7 +143,10 @@ class FlexRRScenario(ScenarioBase):
     iteration_s_per_worker: list[PositiveFloat] | None = None
     latency_s: NonNegativeFloat = 0.001  # one-way control message latency
     latency_jitter_s: NonNegativeFloat = 0.0  # plus an exponential delay of this mean
-    ps_sync_s: NonNegativeFloat = 0.0  # extra delay before the SSP gate opens after an iteration
+    # fixed delay before the SSP gate opens once the needed updates are in: after the slowest worker's
+    # completion (ps.model_bytes 0), or after the worker's pull of every shard's slice (PS modelled)
+    ps_sync_s: NonNegativeFloat = 0.0
+    ps: ParameterServer = ParameterServer()
     rr: RapidReassignment = RapidReassignment()
     stragglers: Stragglers = Stragglers()
     record_messages: bool = True

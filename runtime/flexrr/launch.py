@@ -9,6 +9,10 @@ Real ``messages`` rows are logged by the receiver: ``sent_s`` is the sender's cl
 ``arrived_s`` the time the receiver's poll (a message check, or an idle worker's poll) returned it. The
 simulator's ``arrived_s`` is when the message reached the mailbox, before the next check; the two agree
 for an idle receiver.
+
+The runtime's data plane is the job's TCPStore, not a sharded parameter server, so it has no PS traffic
+to shape: a scenario with ``ps.model_bytes`` > 0 (the simulator's sharded-PS model, ``sim/flexrr/ps.py``)
+is refused rather than run with a different meaning.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
+from scenarios.errors import InputError
 from scenarios.flexrr_results import frame
 from scenarios.flexrr_schema import FlexRRScenario
 from scenarios.flexrr_setup import items_per_worker, run_tables
@@ -44,6 +49,14 @@ def run_real_many(scenarios: list[FlexRRScenario], out_dir: Path) -> list[tuple[
 
     if not scenarios:
         return []
+    for s in scenarios:
+        if s.ps.model_bytes > 0:
+            # refuse rather than ignore: a real run would silently lack the traffic the scenario asks for
+            raise InputError(
+                f"{s.source}: field ps.model_bytes",
+                f"{s.ps.model_bytes} > 0, but the real runtime does not implement the sharded parameter"
+                " server's traffic (simulator only); set ps.model_bytes: 0 for --backend real",
+            )
     world = scenarios[0].cluster.workers
     first = scenarios[0].runtime
     for s in scenarios[1:]:

@@ -3,9 +3,18 @@
 A discrete-event loop over a heap. Between events every worker processes items at the rate its straggler
 profile gives, in closed form; events are only: a worker reaching a point where its policy needs control
 (a task's end, its progress checkpoint, or the first message check after a message arrived), a message
-arriving, and the SSP gate opening. Message checks happen every ``items / message_checks`` items of
+arriving, the SSP gate opening and, with a parameter server (``sim.flexrr.ps``), the PS's next flow
+drain or arrival. Message checks happen every ``items / message_checks`` items of
 processing (§3.3.2); a message that arrives while a worker is busy waits for the next one, and an idle
 worker (at the gate, or waiting for its helpers) polls and sees it at once.
+
+The SSP gate (§3.2.2) comes in two forms. Without a PS (``ps=None``, scenario ``ps.model_bytes: 0``)
+iteration t opens ``ps_sync_s`` after every worker completed iteration t - slack - 1: update propagation
+is a fixed delay. With a PS, a completed iteration is pushed to the shards and iteration t opens
+``ps_sync_s`` after the worker's pull of every shard's slice as of t - slack - 1 has arrived, which the
+shards serve only once they have applied that iteration; ``ps_sync_s`` is then the fixed per-read cost
+the byte traffic does not cover (client bookkeeping, polling). The first form is kept verbatim, not
+derived from the second, so that runs without a PS are bit-identical to before the PS existed.
 
 We use our own heap rather than SimPy processes: one FlexRR run has ~10^5 events and a SimPy process
 switch per message check would cost ~10x more, while nothing here needs SimPy's resources. Every
@@ -26,8 +35,9 @@ from policies.flexrr.consistency import gating_iteration
 from policies.flexrr.messages import Commit, IterationDone, Message, Wasted
 from policies.flexrr.stragglers import SpeedProfile
 from policies.flexrr.worker import RRWorker
+from sim.flexrr.ps import PSLog, ShardedPS
 
-_STOP, _ARRIVE, _GATE = 0, 1, 2
+_STOP, _ARRIVE, _GATE, _NET = 0, 1, 2, 3
 
 
 @dataclass
@@ -36,7 +46,9 @@ class EngineConfig:
     iterations: int
     latency_s: float = 0.001  # one-way control-message latency
     latency_jitter_s: float = 0.0  # plus an exponential with this mean (reorders messages)
-    ps_sync_s: float = 0.0  # from the last needed iteration's completion to the gate opening
+    # fixed delay from the needed updates being in (no PS: the slowest worker's completion; with a PS:
+    # the worker's pull of every slice) to the gate opening
+    ps_sync_s: float = 0.0
     record_messages: bool = True
 
 
@@ -48,6 +60,7 @@ class EngineLog:
     wasted: list[tuple] = field(default_factory=list)  # worker, items, time
     gate_opens: list[tuple] = field(default_factory=list)  # worker, iteration, time, min_completed
     events: int = 0
+    ps: PSLog | None = None  # the parameter server's log (None: no PS modelled)
 
 
 class _Slot:
@@ -91,6 +104,7 @@ class Engine:
         config: EngineConfig,
         rng: np.random.Generator,
         progress: Callable[[float, str], None] | None = None,
+        ps: ShardedPS | None = None,
     ) -> None:
         self.slots = [
             _Slot(m, p, nominal_items, rr.message_checks) for m, p in zip(machines, profiles, strict=True)
@@ -105,6 +119,10 @@ class Engine:
         # time at which every worker had completed k iterations
         self.min_time: list[float] = [0.0]
         self.log = EngineLog()
+        self.ps = ps
+        # the PS's next event is kept as one heap entry; a newer schedule supersedes it by version
+        self.net_at = math.inf
+        self.net_version = 0
 
     # ---- event plumbing ------------------------------------------------------------------------
     def _push(self, t: float, kind: int, worker: int, payload: object) -> None:
@@ -126,9 +144,11 @@ class Engine:
                 self._stop(w, t)
             elif kind == _ARRIVE:
                 self._arrive(w, t, payload)  # type: ignore[arg-type]
-            else:
+            elif kind == _GATE:
                 if not slot.busy:
                     self._reschedule(w, t)
+            elif payload == self.net_version:
+                self._net(t)
             if self.progress is not None:
                 done = sum(self.completed)
                 if done - reported >= max(1, total // 100):
@@ -202,9 +222,20 @@ class Engine:
             if not m.ready_for_iteration():
                 return
             need = gating_iteration(m.iteration, self.config.slack)
-            if self.min_completed < need:
-                return  # woken by _dispatch when the slowest worker catches up
-            opens = self.min_time[need] + self.config.ps_sync_s if need > 0 else 0.0
+            if self.ps is None:
+                if self.min_completed < need:
+                    return  # woken by _dispatch when the slowest worker catches up
+                opens = self.min_time[need] + self.config.ps_sync_s if need > 0 else 0.0
+            elif need > 0:
+                # SSP read rule (§3.2): the slices must include every update of iterations <= need - 1
+                pulled = self.ps.pulled(w, need - 1)
+                if pulled is None:
+                    self.ps.request_pull(t, w, need - 1)
+                    self._sync_net()
+                    return  # woken by _net when the read completes
+                opens = pulled + self.config.ps_sync_s
+            else:
+                opens = 0.0  # the first slack + 1 iterations read the initial model
             if opens > t:
                 self._push(opens, _GATE, w, None)
                 return
@@ -223,9 +254,15 @@ class Engine:
                 while self.min_completed < new_min:
                     self.min_completed += 1
                     self.min_time.append(t)
+                    if self.ps is not None:
+                        continue  # with a PS the gate waits for reads, not for this count
                     for v, slot in enumerate(self.slots):
                         if not slot.busy and slot.machine.ready_for_iteration():
                             self._push(t + cfg.ps_sync_s, _GATE, v, None)
+                if self.ps is not None:
+                    # the iteration's update (own items and every reassigned range) goes to the shards
+                    self.ps.push(t, a.worker, a.iteration)
+                    self._sync_net()
             elif isinstance(a, Wasted):
                 self.log.wasted.append((a.worker, a.items, t))
             else:  # a message
@@ -246,3 +283,23 @@ class Engine:
                             getattr(a, "end", -1),
                         )
                     )
+
+    # ---- parameter server ----------------------------------------------------------------------
+    def _sync_net(self) -> None:
+        """(Re)schedule the PS's next event after anything changed its flows or arrivals."""
+        assert self.ps is not None
+        tn = self.ps.next_time()
+        if tn != self.net_at:
+            self.net_at = tn
+            self.net_version += 1
+            if tn < math.inf:
+                self._push(tn, _NET, 0, self.net_version)
+
+    def _net(self, t: float) -> None:
+        """The PS's next event is due: carry it out and wake the workers whose read completed."""
+        assert self.ps is not None
+        self.net_at = math.inf
+        for w, _, done in self.ps.advance(t):
+            # _reschedule re-checks the gate (a busy worker re-checks when its task ends)
+            self._push(done + self.config.ps_sync_s, _GATE, w, None)
+        self._sync_net()
