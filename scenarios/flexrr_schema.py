@@ -48,6 +48,10 @@ class RapidReassignment(_Strict):
     avg_weight: float = Field(0.5, ge=0.0, le=1.0)
 
 
+# Fields that name files, resolved relative to the scenario file by the loader.
+FLEXRR_PATH_FIELDS: dict[str, tuple[str, ...]] = {"stragglers.trace_file": ()}
+
+
 class Stragglers(_Strict):
     """Which straggler pattern of §3.4.1 is injected, and its knobs.
 
@@ -56,7 +60,9 @@ class Stragglers(_Strict):
     * ``disrupted_machine``: ``delay``, ``probability`` per machine per ``period_s``.
     * ``power_law``: ``alpha``.
     * ``uneven``: ``heavy_share`` of the items on the first half of the machines.
-    * ``trace``: Alibaba PAI per-worker minibatch times (``trace_jobs``), cycled over the workers.
+    * ``trace``: Alibaba PAI per-worker minibatch times (``trace_jobs``), cycled over the workers; or
+      ``trace_file``, a CSV of the same format (columns ``worker``, ``time``, ``batch_time_norm``;
+      ``traces/alibaba_minibatch.py``), relative to the scenario file.
     """
 
     model: Literal["none", "slow_worker", "disrupted_machine", "power_law", "uneven", "trace"] = "none"
@@ -72,6 +78,7 @@ class Stragglers(_Strict):
     # which half of the machines is heavy (the paper does not say): machines 0..M/2-1, or the even ones
     heavy_machines: Literal["first_half", "alternate"] = "first_half"
     trace_jobs: list[Literal[1, 2, 3, 4]] = Field(default_factory=lambda: [1, 2, 3, 4])
+    trace_file: str | None = None  # a user's trace instead of the bundled jobs
     # the workers the model slows (None: every worker); the others run at nominal speed. E.g. one
     # persistently slow worker: ``{model: slow_worker, workers: [0], probability: 1.0}``
     workers: list[NonNegativeInt] | None = None
@@ -167,6 +174,15 @@ class FlexRRScenario(ScenarioBase):
                 f"iteration_s_per_worker has {len(self.iteration_s_per_worker)} entries, expected one per"
                 f" worker ({n})"
             )
+        if "helper_group_size" in self.rr.model_fields_set and self.rr.helper_group_size > n:
+            # Equal to the cluster is allowed and means "every other worker" (policies/flexrr/groups.py
+            # caps a group at workers - 1); larger, when given, is a mistake, not a request. The
+            # default (4) stays valid on clusters smaller than that.
+            raise ValueError(
+                f"rr.helper_group_size={self.rr.helper_group_size} is larger than the cluster of {n} workers"
+            )
+        if self.stragglers.trace_file is not None and self.stragglers.model != "trace":
+            raise ValueError("stragglers.trace_file is read only by stragglers.model=trace")
         bad = [w for w in self.stragglers.workers or [] if w >= n]
         if bad:
             raise ValueError(f"stragglers.workers {bad} out of range: there are {n} workers (0..{n - 1})")

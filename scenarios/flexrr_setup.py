@@ -7,6 +7,8 @@ realisation (the paired comparison of §3.4). Message latency jitter uses its ow
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -98,9 +100,12 @@ def profiles(scenario: FlexRRScenario) -> list[st.SpeedProfile]:
             ]
             return [per_machine[machine_of(w, c.machines)] for w in range(c.workers)]
         if s.model == "trace":
-            from traces.alibaba_minibatch import job_factors
+            from traces.alibaba_minibatch import job_factors, trace_factors
 
-            series = [f for job in s.trace_jobs for f in job_factors(job)]
+            if s.trace_file is not None:
+                series = list(trace_factors(Path(s.trace_file)))
+            else:
+                series = [f for job in s.trace_jobs for f in job_factors(job)]
             offsets = rng(0).integers(0, 10**6, c.workers)
             # worker w replays trace worker w mod len(series) from a random start, so co-replaying
             # workers are not in lockstep

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from scenarios.flexrr_schema import FlexRRScenario
+from scenarios.flexrr_schema import FLEXRR_PATH_FIELDS, FlexRRScenario
 from scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
 from scenarios.psld_schema import PSLDScenario
 from scenarios.schema import PATH_FIELDS, Scenario
@@ -21,7 +21,7 @@ AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario | PSL
 
 KINDS: dict[str, tuple[type[BaseModel], dict[str, tuple[str, ...]]]] = {
     "gavel": (Scenario, PATH_FIELDS),
-    "flexrr": (FlexRRScenario, {}),
+    "flexrr": (FlexRRScenario, FLEXRR_PATH_FIELDS),
     "pipedream": (PipeDreamScenario, PIPEDREAM_PATH_FIELDS),
     "spot": (SpotScenario, SPOT_PATH_FIELDS),
     "psld": (PSLDScenario, {}),

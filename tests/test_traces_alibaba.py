@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from scenarios.errors import InputError
 from traces.alibaba_minibatch import job_factors, trace_factors
@@ -58,3 +59,31 @@ def test_missing_column_and_missing_file(tmp_path: Path) -> None:
         trace_factors(path)
     with pytest.raises(InputError, match="cannot read"):
         trace_factors(tmp_path / "nope.csv")
+
+
+def test_a_scenario_replays_a_user_trace_relative_to_its_file(tmp_path: Path) -> None:
+    from scenarios.load import load_scenario
+    from sim import run_scenario
+
+    (tmp_path / "t.csv").write_text(HEADER + "0,1,10\n0,2,10\n1,1,30\n1,2,30\n")
+    base = Path(__file__).resolve().parents[1] / "scenarios" / "flexrr-default.yaml"
+    data = yaml.safe_load(base.read_text())
+    data["stragglers"] = {"model": "trace", "trace_file": "t.csv"}  # in the file: relative to it
+    scenario_file = tmp_path / "s.yaml"
+    scenario_file.write_text(yaml.safe_dump(data))
+    small = ["cluster.machines=2", "cluster.workers_per_machine=2", "iterations=3", "items_per_worker=50"]
+    small += ["rr.message_checks=5", "rr.helper_group_size=2", "mode=bsp"]
+    traced = load_scenario(scenario_file, small)
+    assert traced.stragglers.trace_file == str(tmp_path / "t.csv")
+    plain = load_scenario(base, [*small, "stragglers.model=none"])
+    slow = run_scenario(traced).info["makespan_s"]
+    # Trace workers 1 and 3 run at 30/20 = 1.5x the median; BSP waits for them every iteration.
+    assert slow == pytest.approx(1.5 * run_scenario(plain).info["makespan_s"], rel=0.02)
+
+
+def test_helper_groups_larger_than_the_cluster_are_refused() -> None:
+    from scenarios.load import load_scenario
+
+    base = Path(__file__).resolve().parents[1] / "scenarios" / "flexrr-default.yaml"
+    with pytest.raises(InputError, match="rr.helper_group_size=200 is larger than the cluster of 128 workers"):
+        load_scenario(base, ["rr.helper_group_size=200"])
