@@ -60,6 +60,15 @@ def check_tables(result: RunResult) -> None:
     check_contract(result, GAVEL_TABLES, "Gavel")
 
 
+def contract_frame(columns: dict[str, str], rows: list[dict]) -> pd.DataFrame:
+    """``rows`` (dicts) as a table with exactly a contract's ``columns`` and dtypes, "str" columns as
+    text; an empty table keeps the columns."""
+    frame = pd.DataFrame(rows, columns=list(columns))
+    for column, dtype in columns.items():
+        frame[column] = frame[column].astype(str if dtype == "str" else dtype)
+    return frame
+
+
 def check_contract(result: RunResult, contract: dict[str, dict[str, str]], kind: str) -> None:
     """Raise ``ValueError`` naming every missing table, missing column or column of the wrong dtype."""
     problems = []

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from scenarios.results import RunResult, check_contract
+from scenarios.results import RunResult, check_contract, contract_frame
 
 SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
     "iterations": {
@@ -91,12 +91,8 @@ SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
 
 
 def to_frame(name: str, rows: list[dict]) -> pd.DataFrame:
-    """Rows as a table with exactly the contract's columns and dtypes (an empty table keeps them)."""
-    columns = SPOT_REAL_TABLES[name]
-    frame = pd.DataFrame(rows, columns=list(columns))
-    for column, dtype in columns.items():
-        frame[column] = frame[column].astype(str if dtype == "str" else dtype)
-    return frame
+    """Rows of table ``name`` with exactly the contract's columns and dtypes."""
+    return contract_frame(SPOT_REAL_TABLES[name], rows)
 
 
 def check_spot_real_tables(result: RunResult) -> None:
