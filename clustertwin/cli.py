@@ -20,7 +20,7 @@ from rich.table import Table
 
 from clustertwin.progress import progress_bar
 from clustertwin.solver_banner import silence_solver_banner
-from scenarios.errors import InputError
+from scenarios.errors import InputError, RunFailure
 from scenarios.kinds import AnyScenario
 from scenarios.load import load_scenario, scenario_to_dict
 from scenarios.schema import Scenario
@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
+    except RunFailure as err:  # a process of a real run died: its message names it, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -1,4 +1,5 @@
-"""The one error type for bad user input: it always names where the problem is."""
+"""The error types the command line reports without a traceback: bad user input (it always names where
+the problem is), and a real run that failed because one of its processes died."""
 
 from __future__ import annotations
 
@@ -14,3 +15,10 @@ class InputError(Exception):
         super().__init__(f"{where}: {message}")
         self.where = where
         self.message = message
+
+
+class RunFailure(RuntimeError):
+    """A real run was abandoned because one of its processes died (killed, crashed, out of memory).
+
+    The message names the process; the run wrote no result. The CLI prints it and exits 1.
+    """

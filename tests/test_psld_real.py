@@ -3,13 +3,19 @@
 The run folder's tables must pass the simulator's contract, PSLD's scheduler (on rank 0, fed with the
 workers' live block timings) must move the throttled PS 1's blocks away, and every worker must end with
 exactly the parameters of the serial reference of the same job, which has no reassignment at all.
-What the real runtime cannot run is refused with the field named, before any process starts.
+A scale-out activates a standby PS (``psld-real-scale-out.yaml``), which then holds migrated state, and
+the parameters still match the reference. A PS SIGKILLed mid-run fails the run within seconds, naming
+the PS, with no run folder and no process left behind. What the real runtime cannot run is refused with
+the field named, before any process starts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,12 +25,13 @@ from analysis.output import read_run
 from analysis.psld_metrics import psld_metrics
 from clustertwin.cli import main
 from runtime.psld.ps import initial_params, reference
-from runtime.psld.run import build_job, check_real, throttles
+from runtime.psld.run import KILL_ENV, build_job, check_real, run_real, throttles
 from scenarios.errors import InputError
 from scenarios.load import load_scenario
 from scenarios.psld_results import check_psld_tables
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "psld-real-cpu.yaml"
+SCALE_OUT = SCENARIO.with_name("psld-real-scale-out.yaml")
 
 
 def _sha(tensor) -> str:
@@ -76,7 +83,6 @@ def test_job_uses_the_model_tensors_and_the_simulators_layouts() -> None:
 @pytest.mark.parametrize(
     ("override", "field"),
     [
-        ("cluster.standby=1", "cluster.standby"),
         ("removals=[{time_s: 1.0, server: 0}]", "removals"),
         ("regimes={levels: [1.0]}", "regimes"),
         ("stragglers=[{server: 1, start_s: 2.0}]", "stragglers[0].start_s"),
@@ -90,3 +96,82 @@ def test_what_cannot_run_for_real_is_refused(override: str, field: str) -> None:
     with pytest.raises(InputError) as err:
         check_real(scenario, cores=2)
     assert err.value.where.endswith(f"field {field}")
+
+
+def test_scale_out_activates_a_standby_ps_and_keeps_the_parameters() -> None:
+    scenario = load_scenario(SCALE_OUT)
+    result = run_real(scenario)
+    check_psld_tables(result)
+    re, loads = result.tables["reassignments"], result.tables["loads"]
+    # the thresholds force a scale-out at the first decision: standby PS 2 joins the map (ADD_SERVER)
+    first = re.iloc[0]
+    assert first["action"] == "scale_out" and first["added"] == 2, re
+    assert first["moved_bytes"] > 0 and first["suspended_s"] > 0
+    version = loads[loads["map_version"] == 1].set_index("server")
+    assert loads[loads["map_version"] == 0].set_index("server").loc[2, "blocks"] == 0
+    assert version.loc[2, "blocks"] > 0  # the activated PS holds blocks (vanilla: their migrated state)
+    assert result.info["standby"] == 1 and result.info["servers"] == 2
+    # bit-identical to the serial reference, which has neither a reassignment nor a third PS
+    job = replace(build_job(scenario), iterations=int(result.info["iterations_run"]))
+    assert result.info["final_params_sha256"] == _sha(reference(job))
+
+
+def _children() -> dict[int, str]:
+    """This process's child processes started by multiprocessing's spawn (not yet dead: a zombie's
+    command line is empty): pid -> state letter."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and b"spawn_main" in cmdline:
+            out[int(entry)] = fields[0]
+    return out
+
+
+def test_a_killed_ps_fails_the_run_cleanly(tmp_path: Path, monkeypatch, capsys) -> None:
+    # PS 1 SIGKILLs itself right after the PREPARE of the main run's iteration 1: mid-run, with the
+    # workers' pushes to it in flight and PS 0 about to wait on it
+    monkeypatch.setenv(KILL_ENV, "1:1")
+    first_dead: list[float] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # when did the first rank die (a zombie, or gone, once it was seen alive)?
+        known: set[int] = set()
+        while not stop.is_set() and not first_dead:
+            known |= set(_children())
+            for pid in known:
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        dead = f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+                except OSError:
+                    dead = True
+                if dead:
+                    first_dead.append(time.monotonic())
+                    break
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    out = tmp_path / "run"
+    argv = ["run", str(SCENARIO), "--backend", "real", "--out", str(out), "--quiet", "--no-plots"]
+    try:
+        code = main([*argv, "--set", "duration_s=30"])  # the CLI reports a RunFailure: error line, exit 1
+        raised = time.monotonic()
+    finally:
+        stop.set()
+        watcher.join()
+    message = capsys.readouterr().err
+    assert code == 1
+    assert message.startswith("error: ") and "Traceback" not in message
+    assert "PS 1 (rank 1) died during the run (killed by SIGKILL)" in message, message
+    # bounded: the launcher noticed and stopped the group within seconds, not at a gloo timeout
+    assert first_dead and raised - first_dead[0] < 15.0, (first_dead, raised)
+    assert not out.exists() and not list(tmp_path.iterdir())  # no run folder claiming completion
+    assert _children() == {}  # no orphan: every rank was reaped

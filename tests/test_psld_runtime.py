@@ -53,8 +53,8 @@ def test_reassignment_keeps_parameters_identical() -> None:
     assert results[2][-1][0] == [b for b, r in enumerate(new) if r == 0]
     assert results[2][-2][0] == [b for b, r in enumerate(new) if r == 1]
     last = results[-1]
-    decisions = last[-1][1]
-    assert decisions and decisions[0][1] == "reassign"
+    decisions = [d.action for _, _, d, _ in last[-1][1] if d.action != "none"]
+    assert decisions and decisions[0] == "reassign"
     assert last[-2][0] == [] and len(last[-1][0]) == len(blocks)  # PS 1 unloaded, state all on PS 0
     closed_expected = reference(closed).numpy().tobytes()
     assert all(last[w][0] == closed_expected for w in range(4))

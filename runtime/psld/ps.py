@@ -1,6 +1,7 @@
 """Server and worker loops of a synchronous block-sharded parameter server on gloo point-to-point.
 
-Ranks 0..S-1 are PSs (rank 0 doubles as the scheduler), ranks S..S+W-1 workers. Per iteration every
+Ranks 0..S-1 are PSs (rank 0 doubles as the scheduler), ranks S..S+T-1 standby PSs (idle, no blocks,
+until a scale-out maps blocks to one), ranks S+T..S+T+W-1 workers. Per iteration every
 worker pushes each block's gradient to the block's owner (tag = block id); an owner sums the W pushes in
 worker order (so the sum does not depend on which PS owns the block), then in vanilla mode applies SGD
 with momentum to the parameters it holds and sends the new parameters back, or in BytePS mode sends the
@@ -14,11 +15,15 @@ PS emulates a capped NIC, each direction paced concurrently (``run_server``).
 Re-sharding (seed 002, §5 and Figs. 9-10): at every iteration boundary the scheduler broadcasts the plan
 (``PREPARE(map_v+1, k*)``) to all ranks; the broadcast is also the point where every rank is blocked. At
 k* the PSs migrate the moved blocks' parameters and momentum (vanilla only), in one global block order so
-blocking send/recv pairs always match, and everyone resumes on the new map.
+blocking send/recv pairs always match, and everyone resumes on the new map. A scale-out (ADD_SERVER) is
+such a re-sharding whose map gives blocks to a standby PS: it was in every PREPARE from the start, so
+activating it needs no change of the process group (seed 002 notes §7.2's standby pool).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +67,16 @@ class Job:
     # cannot know that PSLD will make the iterations several times shorter after its first decision.
     stop_after_s: float = 0.0
     min_iterations: int = 0
+    # PSs launched idle for scale-out (ranks ``servers``..``servers + standby - 1``, server ids = ranks):
+    # they hold no block until the scheduler activates one (ADD_SERVER) and a PREPARE maps blocks to it
+    standby: int = 0
+    # fault injection (tests): (rank, k) -> that PS SIGKILLs itself right after PREPARE k, mid-run
+    kill_at: tuple[int, int] | None = None
+
+    @property
+    def ps_ranks(self) -> int:
+        """PS processes, standby included: workers are ranks ``ps_ranks``..``ps_ranks + workers - 1``."""
+        return self.servers + self.standby
 
 
 def _slice(block: Block) -> slice:
@@ -118,8 +133,6 @@ def deterministic_cuda() -> None:
     cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` when its handle is created, so this runs before the first
     CUDA call of a process; ``use_deterministic_algorithms`` then refuses any op without a deterministic
     kernel instead of silently changing the bits."""
-    import os
-
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
 
@@ -156,7 +169,10 @@ class Control:
         if job.report_every > 0:
             sizes = [b.nbytes for b in job.blocks]
             self.sched = PSLDScheduler(
-                sizes, list(range(job.servers)), [], job.scheduler or SchedulerConfig()
+                sizes,
+                list(range(job.servers)),
+                list(range(job.servers, job.ps_ranks)),  # the standby pool, activated in this order
+                job.scheduler or SchedulerConfig(),
             )
             self.rng = np.random.default_rng(np.random.SeedSequence(list(job.seed)))
 
@@ -261,6 +277,8 @@ def run_server(
             new, stop = _plan(rank, job, k, [], control, marks)
             if stop:
                 break
+            if job.kill_at == (rank, k):  # a PS lost mid-run: no cleanup, no goodbye to its peers
+                os.kill(os.getpid(), signal.SIGKILL)
             if new is not None:
                 released = time.perf_counter()
                 if job.mode == "vanilla":
@@ -275,7 +293,7 @@ def run_server(
                 for w in range(job.workers)
             }
             reqs = {
-                (b.id, w): dist.irecv(bufs[(b.id, w)], job.servers + w, tag=b.id)
+                (b.id, w): dist.irecv(bufs[(b.id, w)], job.ps_ranks + w, tag=b.id)
                 for b in mine
                 for w in range(job.workers)
             }
@@ -330,7 +348,7 @@ def _send_pulls(job: Job, block: Block, total: torch.Tensor, egress: Link, ready
     works = []
     for w in range(job.workers):
         egress.carry(block.nbytes, ready)
-        works.append(dist.isend(total, job.servers + w, tag=block.id))
+        works.append(dist.isend(total, job.ps_ranks + w, tag=block.id))
     return works
 
 
@@ -379,7 +397,7 @@ def run_worker(
     starts when the block could first be served: at its push, or when the same PS's previous block came
     back, whichever is later (``dequeued``), which is the simulator's sample.
     """
-    w = rank - job.servers
+    w = rank - job.ps_ranks
     if job.device == "cuda":
         deterministic_cuda()
     device = worker_device(job, w)
@@ -388,7 +406,7 @@ def run_worker(
     owners = list(job.owners)
     samples: list[Sample] = []
     period: list[Sample] = []
-    with ThreadPoolExecutor(max_workers=job.servers) as pool:
+    with ThreadPoolExecutor(max_workers=job.ps_ranks) as pool:
         for k in range(job.iterations):
             new, stop = _plan(rank, job, k, period, None, marks)
             if stop:

@@ -1,7 +1,8 @@
 """``clustertwin run --backend real`` for ``kind: psld``: a PSLD scenario on the gloo parameter server.
 
 ``run_real(scenario)`` turns the scenario into a ``runtime.psld.ps.Job`` and runs it as local processes
-(ranks 0..S-1 PSs, S..S+W-1 workers), then returns the tables of ``scenarios.psld_results.PSLD_TABLES``.
+(ranks 0..S-1 PSs, S..S+T-1 standby PSs, S+T..S+T+W-1 workers), then returns the tables of
+``scenarios.psld_results.PSLD_TABLES``.
 
 What maps onto the runtime:
 
@@ -34,22 +35,34 @@ What maps onto the runtime:
   PS's previous pull, whichever is later (``ps.dequeued``, the simulator's sample; see there why); the
   raw push-to-pull times go to ``result.raw_samples`` for the calibration; the PREPARE
   barrier's arrival and release times (``ps.Marks``) give the iterations' boundaries.
+* **Standby PSs** (``cluster.standby``): started with the others, idle (no blocks, but in every
+  PREPARE). When the scheduler scales out (the simulator's decision: ``PSLDScheduler`` with the standby
+  ids S..S+T-1, activated in order), rank 0's PREPARE carries a map that gives the added PS blocks
+  (ADD_SERVER); in vanilla mode the moved blocks' parameters and momentum migrate to it at k* like any
+  reassignment's (``ps._migrate``).
+* **Failures**: a rank that dies (a PS SIGKILLed mid-run, say) fails the launch within a fraction of a
+  second: ``launch.spawn_group`` stops the other ranks (their gloo ops may be blocked on the dead peer)
+  and raises ``launch.GroupFailure`` naming the rank ("PS 1 (rank 1) died during the run (killed by
+  SIGKILL) ..."); no table is returned and no process outlives the call. There is no recovery: a
+  PS's blocks have no second copy. ``CLUSTERTWIN_PSLD_KILL=RANK:K`` (tests) makes PS RANK SIGKILL itself
+  after PREPARE K of the main run.
 
-Refused with an ``InputError`` naming the field: ``cluster.standby`` (no standby-PS activation, so no
-scale-out), ``removals`` (no DEL_SERVER), ``regimes`` and stragglers that start after 0 or end (the
-throttle is fixed per run), two stragglers on one PS (one throttle per PS), more workers than twice the
-CPU cores (FlexRR's rule; the PSs mostly wait on sockets or sleep in their throttle and are not counted
-there), more processes in all than four times the cores, and ``runtime.device: cuda`` without a GPU.
-Link speeds, ``server_cores``, ``colocate``, ``costs`` and the model's compute times are simulator
-parameters: the real run has loopback TCP, this host's cores and the runtime's gradient instead of the
-model's forward/backward (``runtime.psld.calibrate`` measures the simulator's values on a real run).
+Refused with an ``InputError`` naming the field: ``removals`` (no DEL_SERVER), ``regimes`` and
+stragglers that start after 0 or end (the throttle is fixed per run), two stragglers on one PS (one
+throttle per PS), more workers than twice the CPU cores (FlexRR's rule; the PSs mostly wait on sockets
+or sleep in their throttle and are not counted there), more processes in all (standby PSs included)
+than four times the cores, and ``runtime.device: cuda`` without a GPU. Link speeds, ``server_cores``,
+``colocate``, ``costs`` and the model's compute times are simulator parameters: the real run has
+loopback TCP, this host's cores and the runtime's gradient instead of the model's forward/backward
+(``runtime.psld.calibrate`` measures the simulator's values on a real run).
 
-Not measured, hence -1 in the tables: ``reassignments.added`` (no scale-out). ``reassignments.suspended_s``
-is the re-sharding pause: the PREPARE barrier (the last rank's arrival to the last rank's release) plus,
-in vanilla mode, the slowest PS's state migration after it (``result.measured["pauses"]`` has both).
-``iterations.start_s`` / ``end_s`` are the first worker's release from / the last worker's arrival at
-the PREPARE barrier that opens / closes each iteration, on the host's monotonic clock (shared by all
-processes), from the main job's start.
+``reassignments.added`` is the activated standby PS of a scale-out (-1 otherwise), and ``loads`` lists
+every PS, standby ones included (0 bytes until activated), as the simulator does.
+``reassignments.suspended_s`` is the re-sharding pause: the PREPARE barrier (the last rank's arrival to
+the last rank's release) plus, in vanilla mode, the slowest PS's state migration after it
+(``result.measured["pauses"]`` has both). ``iterations.start_s`` / ``end_s`` are the first worker's
+release from / the last worker's arrival at the PREPARE barrier that opens / closes each iteration, on
+the host's monotonic clock (shared by all processes), from the main job's start.
 """
 
 from __future__ import annotations
@@ -79,6 +92,9 @@ LAYOUT_STREAM, POLICY_STREAM = 1, 2  # the simulator's random streams (sim/psld/
 PROBE_ITERATIONS = 1
 MAX_ITERATIONS = 100_000
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+# Fault injection for tests: "RANK:K" makes PS RANK SIGKILL itself right after the PREPARE of iteration
+# K of every main run (not the probe), so a test can lose a PS mid-run deterministically.
+KILL_ENV = "CLUSTERTWIN_PSLD_KILL"
 
 
 # -- scenario -> Job ------------------------------------------------------------------------------
@@ -94,11 +110,6 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
             f"a real PSLD run starts one process per worker and per PS: {c.workers} workers and {procs}"
             f" processes on {cores} cores (at most {2 * cores} workers and {4 * cores} processes) would"
             " measure the machine, not the algorithm; lower cluster.workers or cluster.servers",
-        )
-    if c.standby:
-        raise InputError(
-            f"{src}: field cluster.standby",
-            "the real runtime cannot activate standby PSs (no scale-out); set cluster.standby: 0",
         )
     if scenario.removals:
         raise InputError(f"{src}: field removals", "the real runtime has no DEL_SERVER; remove the removals")
@@ -173,6 +184,7 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
     adaptive = scenario.policy in ADAPTIVE
     return Job(
         servers=scenario.cluster.servers,
+        standby=scenario.cluster.standby,
         workers=scenario.cluster.workers,
         numel=int(sum(t.nbytes for t in units)),
         blocks=flat,
@@ -204,18 +216,21 @@ def _main(rank: int, world: int, port: int, runs: list[tuple[Any, float]], queue
     import torch
     import torch.distributed as dist
 
+    from runtime.psld.launch import die_with_parent
+
+    die_with_parent()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         first = runs[0][0]
-        if rank >= first.servers and first.device == "cuda":
+        if rank >= first.ps_ranks and first.device == "cuda":
             # CUDA context, cuBLAS handle and kernels load on the first gradient (seconds): pay that
             # before the probe, so the timed runs do not pay it
             from runtime.psld import ps
 
-            w = rank - first.servers
+            w = rank - first.ps_ranks
             ps.deterministic_cuda()
             ps.compute_gradient(ps.initial_params(first.numel), w, 0, first, ps.worker_device(first, w))
         for index, (main, duration_s) in enumerate(runs):
@@ -231,9 +246,9 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
     from runtime.psld import ps
 
     marks: ps.Marks = []
-    probe = replace(main, iterations=PROBE_ITERATIONS, report_every=0, scheduler=None)
+    probe = replace(main, iterations=PROBE_ITERATIONS, report_every=0, scheduler=None, kill_at=None)
     # probe: one iteration of the same job, which pays the process group's first-touch costs
-    if rank < probe.servers:
+    if rank < probe.ps_ranks:
         ps.run_server(rank, probe, marks)
     else:
         ps.run_worker(rank, probe, marks)
@@ -245,7 +260,7 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
     marks.clear()
     dist.barrier()
     origin = time.monotonic()
-    if rank < job.servers:
+    if rank < job.ps_ranks:
         stats = ps.ServerStats()
         held, control = ps.run_server(rank, job, marks, stats)
         records = control.records if control is not None else []
@@ -265,11 +280,12 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
 
 
 def _launch(runs: list[tuple[Any, float]], progress) -> list[dict[int, tuple]]:
-    from runtime.psld.launch import spawn_group
+    from runtime.psld.launch import roles, spawn_group
 
-    world = runs[0][0].servers + runs[0][0].workers
+    first = runs[0][0]
+    world = first.ps_ranks + first.workers
     limit = sum(300 + 20 * d for _, d in runs)
-    items = spawn_group(_main, world, (runs,), world * len(runs), limit, progress)
+    items = spawn_group(_main, world, (runs,), world * len(runs), limit, progress, roles(first))
     out: list[dict[int, tuple]] = [{} for _ in runs]
     for index, rank, *rest in items:
         out[index][rank] = tuple(rest)
@@ -278,7 +294,7 @@ def _launch(runs: list[tuple[Any, float]], progress) -> list[dict[int, tuple]]:
 
 # -- tables ---------------------------------------------------------------------------------------
 def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, dict]:
-    S, W = job.servers, job.workers
+    S, W = job.ps_ranks, job.workers  # every PS rank, standby included (server ids = ranks)
     origin = out[0][0]
     iters = out[0][4]
     sizes = np.asarray([b.nbytes for b in job.blocks], dtype=float)
@@ -396,6 +412,10 @@ def run_real_many(
 
     wall0 = time.perf_counter()
     jobs = [build_job(sc) for sc in scenarios]
+    kill = os.environ.get(KILL_ENV)
+    if kill:  # fault injection: "rank:k" -> that PS SIGKILLs itself after PREPARE k of each main run
+        rank, k = (int(x) for x in kill.split(":"))
+        jobs = [replace(j, kill_at=(rank, k)) for j in jobs]
     shape = {(j.servers, j.workers, j.device) for j in jobs}
     if len(shape) != 1:
         raise ValueError(f"one launch needs one cluster size and device, got {sorted(shape)}")
@@ -403,7 +423,7 @@ def run_real_many(
     wall = time.perf_counter() - wall0
     results = []
     for scenario, job, out in zip(scenarios, jobs, outs, strict=True):
-        S, W = job.servers, job.workers
+        S, W = job.ps_ranks, job.workers
         finals = {out[S + w][3][0] for w in range(W)}
         if len(finals) != 1:
             raise RuntimeError("the workers ended with different parameters: the PS lost an update")
@@ -419,7 +439,8 @@ def run_real_many(
             "mode": scenario.mode,
             "model": scenario.model,
             "workers": W,
-            "servers": S,
+            "servers": job.servers,
+            "standby": job.standby,
             "blocks": len(job.blocks),
             "model_bytes": float(sum(b.nbytes for b in job.blocks)),
             "batch_size": model.batch_size,
