@@ -51,3 +51,58 @@ def test_real_workers_process_every_item_exactly_once(mode, tmp_path):
     for row in it.itertuples():
         if row.iteration - s.effective_slack - 1 >= 0:
             assert row.start_s >= done_by[row.iteration - s.effective_slack - 1] - 1e-6
+
+
+def test_a_worker_killed_mid_run_stops_the_run_with_its_name(tmp_path, capsys):
+    """SIGKILL one worker process a few seconds in: the CLI must say which worker died, exit 1, write no
+    run folder, and not hang on the survivors (they block on the dead worker's gate otherwise)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from clustertwin.cli import main
+
+    def spawned() -> list[int]:
+        pids = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    spawn = b"multiprocessing.spawn" in f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == os.getpid() and spawn:
+                pids.append(int(entry))
+        return sorted(pids)
+
+    killed: list[float] = []
+
+    def kill_one() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(spawned()) < 4:
+            time.sleep(0.2)
+        time.sleep(4.0)  # well into the run (imports and the first iterations)
+        pids = spawned()
+        if pids:
+            os.kill(pids[1], signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    killer = threading.Thread(target=kill_one, daemon=True)
+    killer.start()
+    out = tmp_path / "run"
+    overrides = ["cluster.machines=2", "cluster.workers_per_machine=2", "iterations=200", "iteration_s=0.25"]
+    overrides += ["items_per_worker=100", "rr.message_checks=10", "mode=flexrr"]
+    argv = ["run", str(ROOT / "scenarios" / "flexrr-default.yaml"), "--backend", "real", "--out", str(out)]
+    argv += ["--quiet", "--no-plots"] + [a for o in overrides for a in ("--set", o)]
+    status = main(argv)
+    ended = time.monotonic()
+    killer.join()
+    err = capsys.readouterr().err
+    assert killed, "the workers never started"
+    assert status == 1
+    assert err.startswith("error: FlexRR worker ") and "killed by SIGKILL" in err, err
+    assert ended - killed[0] < 20.0  # stopped promptly, not after the 50 s the run would take
+    assert not out.exists()
+    assert spawned() == []

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-from scenarios.errors import InputError
+from scenarios.errors import InputError, RunFailure
 from scenarios.flexrr_results import frame
 from scenarios.flexrr_schema import FlexRRScenario
 from scenarios.flexrr_setup import items_per_worker, run_tables
@@ -64,13 +64,22 @@ def run_real_many(scenarios: list[FlexRRScenario], out_dir: Path) -> list[tuple[
             raise ValueError("run_real_many needs one worker count and one runtime device for all scenarios")
     out_dir.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    mp.start_processes(
-        _entry,
-        args=(world, [s.model_dump_json() for s in scenarios], str(out_dir), port, worker_main),
-        nprocs=world,
-        join=True,
-        start_method="spawn",
-    )
+    try:
+        mp.start_processes(
+            _entry,
+            args=(world, [s.model_dump_json() for s in scenarios], str(out_dir), port, worker_main),
+            nprocs=world,
+            join=True,
+            start_method="spawn",
+        )
+    except mp.ProcessExitedException as err:  # killed or crashed: torch has stopped the other workers
+        how = f"killed by {err.signal_name}" if err.signal_name else f"exit code {err.exit_code}"
+        raise RunFailure(
+            f"FlexRR worker {err.error_index} died during the run ({how}); the other workers were"
+            " stopped and the run is abandoned with no result"
+        ) from None
+    except mp.ProcessRaisedException as err:  # a Python error inside a worker: keep its traceback text
+        raise RunFailure(f"FlexRR worker {err.error_index} failed; the run is abandoned:\n{err}") from None
     return [_collect(s, out_dir / f"run{i}") for i, s in enumerate(scenarios)]
 
 

@@ -36,6 +36,7 @@ from policies.agileml import StageThresholds, plan_recovery
 from runtime.spot.controller import Controller, Epoch
 from runtime.spot.driver import EvictionEvent, schedule
 from runtime.spot.model import MLR, partition_bounds
+from scenarios.errors import RunFailure
 
 READY_TIMEOUT_S = 120.0
 
@@ -178,7 +179,7 @@ class Launcher:
     def _check_deaths(self) -> None:
         for name, proc in self.procs.items():
             if name not in self.killed and proc.exitcode not in (None, 0):
-                raise RuntimeError(f"training process {name} died unexpectedly (exit code {proc.exitcode})")
+                raise RunFailure(f"training process {name} died unexpectedly (exit code {proc.exitcode})")
 
     def _kill(self, names) -> None:
         for name in names:
