@@ -88,8 +88,9 @@ class _CaseSpec(BaseModel):
     scenario: str
     overrides: list[str] = Field(default_factory=list)
     metrics: list[str] = Field(min_length=1)
-    runner: Literal["twin", "gavel_gpu_experiment", "gpu_experiment"] = "twin"
-    experiment: str | None = None  # runner gpu_experiment: a key of EXPERIMENTS
+    runner: Literal["twin", "gavel_gpu_experiment", "experiment", "prediction"] = "twin"
+    experiment: str | None = None  # runner experiment: a key of EXPERIMENTS
+    args: list[str] = Field(default_factory=list)  # runner experiment: extra arguments of its `run`
 
 
 class _SuiteSpec(BaseModel):
@@ -110,6 +111,7 @@ class Case:
     runner: str
     scenario: AnyScenario
     experiment: str | None = None
+    args: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -119,8 +121,8 @@ class Case:
     def label(self) -> str:
         """The table's scenario column: the scenario's name and its overrides (for a GPU experiment
         script, which builds its own scenarios from a base file: the script)."""
-        if self.runner == "gpu_experiment":
-            return f"experiments/{self.experiment}.py"
+        if self.runner == "experiment":
+            return " ".join([f"experiments/{self.experiment}.py", *self.args])
         extra = f" ({', '.join(self.overrides)})" if self.overrides else ""
         return f"{self.scenario.name}{extra}"
 
@@ -135,6 +137,7 @@ class Case:
                 "metrics": list(self.metrics),
                 "runner": self.runner,
                 "experiment": self.experiment,
+                "args": list(self.args),
                 "source": source,
             },
             sort_keys=True,
@@ -171,8 +174,8 @@ def load_suite(path: Path, backend: str) -> list[Case]:
         scenario = load_scenario(scenario_path, entry.overrides)
         if entry.runner == "gavel_gpu_experiment":
             _check_experiment_case(entry, scenario, f"{label}: field {backend}.{i}")
-        if entry.runner == "gpu_experiment":
-            _check_gpu_experiment(entry, f"{label}: field {backend}.{i}")
+        if entry.runner == "experiment":
+            _check_experiment_script(entry, f"{label}: field {backend}.{i}")
         cases.append(
             Case(
                 entry.name,
@@ -182,6 +185,7 @@ def load_suite(path: Path, backend: str) -> list[Case]:
                 entry.runner,
                 scenario,
                 entry.experiment,
+                tuple(entry.args),
             )
         )
     return cases
@@ -199,11 +203,11 @@ def _check_experiment_case(entry: _CaseSpec, scenario: AnyScenario, where: str) 
         raise InputError(where, f"the GPU experiment compares {', '.join(_GAVEL_COMPARED)}; not {unknown}")
 
 
-def _check_gpu_experiment(entry: _CaseSpec, where: str) -> None:
+def _check_experiment_script(entry: _CaseSpec, where: str) -> None:
     if entry.experiment not in EXPERIMENTS:
         raise InputError(
             f"{where}.experiment",
-            f"runner gpu_experiment needs one of {', '.join(EXPERIMENTS)}; got {entry.experiment}",
+            f"runner experiment needs one of {', '.join(EXPERIMENTS)}; got {entry.experiment}",
         )
     if entry.overrides:
         raise InputError(f"{where}.overrides", "a GPU experiment builds its own scenarios; no overrides")
@@ -340,9 +344,34 @@ def _run_case(case: Case, case_dir: Path, step: ProgressCallback, from_dir: Path
         from_dir = from_dir / case.name  # a whole GPU suite's folder: one subfolder per case
     if case.runner == "gavel_gpu_experiment":
         return _run_gpu_experiment(case, case_dir, step, from_dir)
-    if case.runner == "gpu_experiment":
+    if case.runner == "experiment":
         return _run_experiment_script(case, case_dir, step, from_dir)
+    if case.runner == "prediction":
+        return _run_with_prediction(case, case_dir, step)
     return _run_twin(case, case_dir, step)
+
+
+def _run_with_prediction(case: Case, case_dir: Path, step: ProgressCallback) -> dict[str, Any]:
+    """A real run whose own tables carry the simulator's prediction of it (``kind: spot_real``: the
+    prediction is anchored on the measured step rate, so it cannot run first): metric ``m`` is compared
+    with ``predicted_m`` of the same summary."""
+    import runtime
+    from analysis.compare import relative_error
+
+    def real_run(scenario: AnyScenario, progress: ProgressCallback) -> Any:
+        return runtime.run_scenario(scenario, progress=progress)
+
+    metrics = _run_and_write(case, case_dir / "real", "real", real_run, step)
+    missing = [m for m in case.metrics if m not in metrics or f"predicted_{m}" not in metrics]
+    if missing:
+        raise InputError(
+            f"case {case.name}: field metrics", f"no metric and prediction pair for {', '.join(missing)}"
+        )
+    rows = [
+        _row(m, metrics[f"predicted_{m}"], metrics[m], relative_error(metrics[f"predicted_{m}"], metrics[m]))
+        for m in case.metrics
+    ]
+    return {"status": "ok", "rows": rows, "real_dir": str(case_dir / "real")}
 
 
 def _run_twin(case: Case, case_dir: Path, step: ProgressCallback) -> dict[str, Any]:
@@ -493,7 +522,7 @@ def _run_experiment_script(
         if from_dir is not None:
             raise InputError(str(from_dir), f"no {spec.table} of experiment {name} there")
         step(0.0, f"GPU experiment {name}")
-        _experiment_module(name, "run", "--out", str(work))
+        _experiment_module(name, "run", "--out", str(work), *case.args)
         if not table.is_file():
             raise RuntimeError(f"experiments.{name} run wrote no {table}")
     frame = pd.read_csv(table)

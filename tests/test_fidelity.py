@@ -145,20 +145,24 @@ def test_gpu_suite_reads_an_existing_experiment_folder(tmp_path: Path, capsys) -
 
 def test_bundled_suite_lists_the_cases() -> None:
     cpu = fidelity.load_suite(fidelity.SUITE, "cpu")
-    assert {c.kind for c in cpu} == {"gavel", "flexrr", "psld"} and len({c.name for c in cpu}) == len(cpu)
+    assert {c.kind for c in cpu} == {"gavel", "flexrr", "psld", "pipedream", "spot_real"}
+    assert len({c.name for c in cpu}) == len(cpu)
+    (pipedream,) = [c for c in cpu if c.kind == "pipedream"]
+    assert pipedream.runner == "experiment" and pipedream.args == ("--device", "cpu", "--gpus", "2")
+    assert {c.runner for c in cpu if c.kind == "spot_real"} == {"prediction"}
     assert [c.scenario.mode for c in cpu if c.kind == "flexrr"] == ["bsp", "flexrr"]
     assert [c.scenario.policy for c in cpu if c.kind == "psld"] == ["mxnet", "psld"]
     gpu = {c.name: c for c in fidelity.load_suite(fidelity.SUITE, "gpu")}
     assert gpu["gavel-las-gpu"].runner == "gavel_gpu_experiment"
     assert gpu["gavel-las-gpu"].scenario.policy.name == "las"
-    assert {c.experiment for c in gpu.values() if c.runner == "gpu_experiment"} >= {
+    assert {c.experiment for c in gpu.values() if c.runner == "experiment"} >= {
         "flexrr_gpu",
         "pipedream_gpu",
     }
 
 
 def test_an_unknown_gpu_experiment_or_metric_is_refused(tmp_path: Path) -> None:
-    base = "  - {name: x, scenario: %s, runner: gpu_experiment, experiment: %s, metrics: [%s]}\n"
+    base = "  - {name: x, scenario: %s, runner: experiment, experiment: %s, metrics: [%s]}\n"
     for experiment, metric, field in [
         ("nope", "time_per_iteration_s", "experiment"),
         ("flexrr_gpu", "jct", "metrics"),
@@ -287,3 +291,19 @@ def test_gpu_suite_without_from_runs_the_experiment(tmp_path: Path, monkeypatch:
     assert (out / "cases" / "gavel-las-gpu" / "work" / "real-las" / "summary.json").is_file()
     errors = [r["error"] for r in rows_of(out) if r["case"] == "gavel-las-gpu"]
     assert errors == pytest.approx([-0.350, -0.297, -0.044], abs=5e-4)
+
+
+def test_a_prediction_case_compares_each_metric_with_its_predicted_twin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (case,) = [c for c in fidelity.load_suite(fidelity.SUITE, "cpu") if c.name == "spot-agileml"]
+    measured = {"final_clock": 500.0, "predicted_final_clock": 450.0, "lost_clocks": 4.0}
+    measured |= {"predicted_lost_clocks": 2.0, "recover_s": 0.5, "predicted_recover_s": 0.25}
+    monkeypatch.setattr(fidelity, "_run_and_write", lambda *args: measured)
+    record = fidelity._run_with_prediction(case, tmp_path, lambda f, t: None)
+    rows = {r["metric"]: r for r in record["rows"]}
+    assert rows["final_clock"] == {"metric": "final_clock", "sim": 450.0, "real": 500.0, "error": -0.1}
+    assert rows["lost_clocks"]["error"] == pytest.approx(-0.5)
+    monkeypatch.setattr(fidelity, "_run_and_write", lambda *args: {"final_clock": 1.0})
+    with pytest.raises(InputError, match="no metric and prediction pair for final_clock"):
+        fidelity._run_with_prediction(case, tmp_path, lambda f, t: None)
