@@ -87,7 +87,7 @@ def bench_pipedream(emit: Callable[[str, object], None] | None = None) -> dict[s
     # 1. The 8-stage, 64-microbatch 1F1B simulation (vgg16_1f1b_inputs).
     schedule, costs, devices, network = vgg16_1f1b_inputs(64)
     put("sim_1f1b_8x64_ops", sum(len(w.ops) for w in schedule.workers))
-    put("sim_1f1b_8x64_s", f"{best_of(lambda: simulate(schedule, costs, devices, network)):.4f}")
+    put("sim_8x64_1f1b_s", f"{best_of(lambda: simulate(schedule, costs, devices, network)):.4f}")
     put("schedule_gen_1f1b_8x64_s", f"{best_of(lambda: make_schedule('1f1b', (1,) * 8, 64)):.4f}")
     big = make_schedule("1f1b", (1,) * 8, 1024)
     put("sim_1f1b_8x1024_s", f"{best_of(lambda: simulate(big, costs, devices, network), 1):.4f}")
@@ -95,6 +95,9 @@ def bench_pipedream(emit: Callable[[str, object], None] | None = None) -> dict[s
     # 2. The planner on the largest shipped profile (most layers), hierarchical 2x8 and flat 16.
     largest, full = largest_profile()
     put("planner_profile", f"{largest} ({full.num_layers} layers)")
+    # The headline: what `clustertwin run` does with it by default (model.max_blocks = 64, Cluster-B).
+    default = planner_args(full.coarsened(64))
+    put("planner_largest_s", f"{best_of(lambda: plan_partition(*default, HIERARCHY_2X8), 1):.3f}")
     for blocks in (64, 128):
         args = planner_args(full.coarsened(blocks))
         put(
