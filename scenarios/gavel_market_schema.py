@@ -64,6 +64,9 @@ class GavelMarket(_Strict):
     warning_s: NonNegativeFloat = 120.0  # eviction notice (EC2: 2 minutes)
     request_delay_s: NonNegativeFloat = 60.0  # a re-request is granted (if the bid still holds) after this
     boot_s: NonNegativeFloat = 120.0  # a granted instance is billed while it boots, usable after it
+    # The run may go at most this far past a spot market's last price row (AWS records only changes);
+    # further is an error (sim.spot.market.check_coverage), not the last price forever.
+    max_stale_h: PositiveFloat = 48.0
     types: dict[str, MarketType]
 
     @field_validator("start", mode="before")

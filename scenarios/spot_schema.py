@@ -6,6 +6,7 @@ Validated like every scenario (unknown fields are errors; strict types) and load
 
 from __future__ import annotations
 
+from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -50,7 +51,18 @@ class MarketSpec(_Strict):
     zones: list[str] | None = None  # null: every zone in the trace for these types
     train_days: PositiveFloat = 60.0  # BidBrain's β window: the first train_days of the trace
     start: str | None = None  # ISO time of the job's start; null: a seeded random start after training
+    # A run may go at most this far past a market's last price row (AWS records only changes; the
+    # bundled trace has a row at least every ~34 h); further is an error, not the last price forever.
+    max_stale_h: PositiveFloat = 48.0
     synthetic: Synthetic | None = None
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _iso(cls, value: object) -> object:
+        # YAML reads an unquoted 2020-02-20T00:00:00Z as a datetime; keep it as the ISO text it was.
+        if isinstance(value, datetime | date):
+            return value.isoformat()
+        return value
 
     @field_validator("trace")
     @classmethod

@@ -47,7 +47,7 @@ from policies.gavel.scheduler import RoundPlan
 from scenarios.errors import InputError
 from scenarios.gavel_market_schema import GavelMarket
 from sim.spot.billing import BillingModel, billing_model, lifetime_bill
-from sim.spot.market import MarketReplay, series_from_table
+from sim.spot.market import MarketReplay, check_coverage, series_from_table
 from traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
 from traces.spot_prices import load_bundled_or_path, select
 
@@ -191,6 +191,9 @@ class MarketHook:
         for m in {m for m in markets if m is not None}:
             times.update(t for t, _ in replay.changes(m, 0.0, float(replay.series[m].times_s[-1])))
         self.change_times = np.array(sorted(t for t in times if math.isfinite(t) and t > 0))
+        # Set by build_market: (max_stale_s, where, origin) for the end-of-run check that the replay did
+        # not run past a market's last price row (None: no check, as for hand-built hooks in tests).
+        self.coverage: tuple[float, str, pd.Timestamp] | None = None
 
     def _type_of(self, w: Worker) -> int:
         for s, (b, sp) in enumerate(zip(self.base, self.spot, strict=True)):
@@ -295,6 +298,10 @@ class MarketHook:
 
     def tables(self, end_s: float) -> dict[str, pd.DataFrame]:
         """``billing`` (one row per lease, billed up to ``end_s``), ``evictions`` and ``preemptions``."""
+        if self.coverage is not None:
+            max_stale_s, where, origin = self.coverage
+            used = {m: self.replay.series[m] for m in self.markets if m is not None}
+            check_coverage(used, 0.0, end_s, max_stale_s, where, origin)
         bills, evictions = [], []
         for w in self.workers:
             market = (w.instance_type, w.zone)
@@ -495,6 +502,19 @@ def build_market(source: str, spec: GavelMarket, base: ClusterLayout) -> tuple[M
                 f"the price trace has no spot prices for {fleet.instance_type} in {fleet.zone}"
                 + (f" (it has zones {', '.join(have)})" if have else ""),
             )
+    spot_types = [t for t in base.worker_types if spec.types[t].spot]
+    regions = {
+        t: sorted(set(select(table, [spec.types[t].instance_type], [spec.types[t].zone])["region"]))
+        for t in spot_types
+    }
+    if len({r for rs in regions.values() for r in rs}) > 1:
+        t0 = spot_types[0]
+        t = next(t for t in spot_types if regions[t] != regions[t0])
+        raise InputError(
+            f"{field}.types.{t}.zone",
+            f"{spec.types[t].zone} is in {', '.join(regions[t])} but {t0}'s zone {spec.types[t0].zone} is in "
+            f"{', '.join(regions[t0])}: one fleet lives in one region (one on-demand price table)",
+        )
     try:
         start = pd.Timestamp(spec.start)
     except ValueError:
@@ -557,6 +577,7 @@ def build_market(source: str, spec: GavelMarket, base: ClusterLayout) -> tuple[M
     )
     on_demand_usd = tuple(on_demand[spec.types[b].instance_type].on_demand_price for b in split.base)
     hook = MarketHook(split.layout, split.base, split.spot, workers, replay, markets, on_demand_usd, model)
+    hook.coverage = (spec.max_stale_h * 3600.0, f"{field}.max_stale_h", start)
     return hook, split
 
 

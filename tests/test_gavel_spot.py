@@ -318,3 +318,86 @@ def test_cli_run_of_a_spot_fleet_reports_the_billed_cost(tmp_path) -> None:
     billed = pd.read_parquet(out / "billing.parquet")["cost_usd"].sum()
     assert metrics["cost_usd"] == pytest.approx(billed) and billed > 0
     assert metrics["cost_spot_usd"] + metrics["cost_on_demand_usd"] == pytest.approx(billed)
+
+
+# --- bad traces (issue 6) through a Gavel `market:` section ---------------------------------------------
+
+
+def _one_spot_v100(tmp_path: Path, prices: Path, start: str, extra: str = "") -> Path:
+    trace = tmp_path / "jobs.trace"
+    trace.write_text(TRACE_LINE.format(steps=200000, arrival=0))
+    return _scenario(
+        tmp_path,
+        f"""\
+cluster: {{gpus: {{v100: 1}}, gpus_per_server: 1}}
+workload: {{trace: {trace}}}
+policy: {{name: max_sum_throughput}}
+market:
+  trace: {prices}
+  start: "{start}"{extra}
+  types: {{v100: {{instance_type: p3.2xlarge, zone: us-east-1b, spot: 1}}}}
+""",
+    )
+
+
+def test_the_replay_never_extends_the_last_price_past_max_stale(tmp_path: Path) -> None:
+    prices = _prices(tmp_path, [("2020-02-20T00:00:00Z", 1.0), ("2020-02-20T00:10:00Z", 1.1)])
+    # The job runs ~1.5 h; with max_stale_h = 0.5 the run outlives the trace's last row by too much.
+    path = _one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z", "\n  max_stale_h: 0.5")
+    with pytest.raises(InputError) as err:
+        run_scenario(load_scenario(path))
+    msg = str(err.value)
+    assert "market.max_stale_h" in msg and "p3.2xlarge in us-east-1b" in msg and "2020-02-20T00:10:00" in msg
+    # Within the default 48 h the last price holds (AWS records only changes), and the bill is positive.
+    result = run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
+    assert (result.tables["billing"]["cost_usd"] > 0).all()
+    # A start before the market's first row is an error, not the first price backwards.
+    with pytest.raises(InputError, match="market.start.*outside the price trace"):
+        run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-19T00:00:00Z")))
+
+
+def test_a_fleet_in_two_regions_is_an_error(tmp_path: Path) -> None:
+    prices = tmp_path / "two.csv"
+    prices.write_text(
+        "timestamp,region,zone,instance_type,price\n"
+        "2020-02-20T00:00:00Z,us-east-1,us-east-1b,p3.2xlarge,1.0\n"
+        "2020-02-20T00:00:00Z,us-west-2,us-west-2a,p2.xlarge,0.3\n"
+    )
+    trace = tmp_path / "jobs.trace"
+    trace.write_text(TRACE_LINE.format(steps=1000, arrival=0))
+    path = _scenario(
+        tmp_path,
+        f"""\
+cluster: {{gpus: {{v100: 1, k80: 1}}, gpus_per_server: 1}}
+workload: {{trace: {trace}}}
+policy: {{name: max_sum_throughput}}
+market:
+  trace: {prices}
+  start: "2020-02-20T00:00:00Z"
+  types:
+    v100: {{instance_type: p3.2xlarge, zone: us-east-1b, spot: 1}}
+    k80: {{instance_type: p2.xlarge, zone: us-west-2a, spot: 1}}
+""",
+    )
+    with pytest.raises(InputError) as err:
+        run_scenario(load_scenario(path))
+    msg = str(err.value)
+    assert "market.types.k80.zone" in msg and "us-west-2" in msg and "one region" in msg
+
+
+def test_a_bad_trace_file_is_an_error_naming_its_line(tmp_path: Path) -> None:
+    prices = tmp_path / "clash.csv"
+    prices.write_text(
+        "timestamp,region,zone,instance_type,price\n"
+        "2020-02-20T00:00:00Z,us-east-1,us-east-1b,p3.2xlarge,1.0\n"
+        "2020-02-20T00:00:00Z,us-east-1,us-east-1b,p3.2xlarge,-1.0\n"
+    )
+    with pytest.raises(InputError, match=r"clash\.csv:3: column price"):
+        run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
+    prices.write_text(
+        "timestamp,region,zone,instance_type,price\n"
+        "2020-02-20T00:00:00Z,us-east-1,us-east-1b,p3.2xlarge,1.0\n"
+        "2020-02-20T00:00:00Z,us-east-1,us-east-1b,p3.2xlarge,2.0\n"
+    )
+    with pytest.raises(InputError, match=r"clash\.csv:3: column price.*conflicting"):
+        run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))

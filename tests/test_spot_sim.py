@@ -107,6 +107,18 @@ def test_invariants_under_random_markets(config, pa, pb, hours) -> None:
     assert (bills.groupby("alloc_id")["amount_usd"].sum() >= -1e-9).all()
     assert (bills.groupby(["alloc_id", "hour_start_s"])["amount_usd"].sum() >= -1e-9).all()
 
+    # No instance is billed after it is gone, nor before it was granted: every money movement of an
+    # allocation lies in [granted, ended], every charged hour starts while it is held, and a never-granted
+    # request costs nothing.
+    life = bills.merge(acq_t[["alloc_id", "granted_s", "ended_s"]], on="alloc_id", how="left")
+    assert life["granted_s"].notna().all()
+    assert (life["time_s"] >= life["granted_s"] - 1e-9).all()
+    assert (life["time_s"] <= life["ended_s"] + 1e-9).all()
+    charged = life[life["kind"] == "charge"]
+    assert (charged["hour_start_s"] < charged["ended_s"]).all()
+    assert (charged["hour_start_s"] >= charged["granted_s"] - 1e-9).all()
+    assert (acq_t["ended_s"] <= sim.env.now + 1e-9).all()
+
     # Capacity is never exceeded: at every request, what is held or pending stays within the cap.
     cap = sim.cfg.max_rate if acq == "bidbrain" else sim.cfg.target_rate + sim.cfg.reliable_count * 4.0
     nu = acq_t["count"] * acq_t["instance_type"].map(NU)

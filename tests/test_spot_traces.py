@@ -232,3 +232,222 @@ def test_generator_is_seeded_and_recovers_the_change_rate() -> None:
     )
     spike_rows = np.isclose(spiky["price"], 2.0 * 3.06)
     assert 0 < spike_rows.sum() and (spiky["price"] >= 0).all()
+
+
+# --- bad traces (issue 6): a clear error or a documented, reported repair ------------------------------
+
+HEADER = "timestamp,region,zone,instance_type,price\n"
+
+
+def _json_record(**over: object) -> dict:
+    rec = {
+        "AvailabilityZone": "us-east-1a",
+        "InstanceType": "p2.xlarge",
+        "ProductDescription": "Linux/UNIX",
+        "SpotPrice": "0.3",
+        "Timestamp": "2020-01-01T00:00:00.000Z",
+    }
+    rec.update(over)
+    return {k: v for k, v in rec.items() if v is not ...}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("SpotPrice", ...),  # missing
+        ("SpotPrice", None),
+        ("SpotPrice", ""),
+        ("SpotPrice", "NaN"),
+        ("SpotPrice", "inf"),
+        ("SpotPrice", "-0.1"),
+        ("SpotPrice", True),
+        ("Timestamp", ...),
+        ("Timestamp", 12),
+        ("AvailabilityZone", ""),
+        ("AvailabilityZone", None),
+        ("InstanceType", None),
+    ],
+)
+def test_bad_json_values_name_the_record_line_and_field(tmp_path: Path, field: str, value: object) -> None:
+    records = [_json_record(), _json_record(**{"Timestamp": "2020-01-01T01:00:00.000Z", field: value})]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"SpotPriceHistory": records}, indent=4))
+    # The loader places a record by its "InstanceType" key: the second record's.
+    line = [i for i, text in enumerate(path.read_text().splitlines(), 1) if '"InstanceType"' in text][1]
+    with pytest.raises(InputError) as err:
+        load_spot_prices(path)
+    assert f"p.json:{line}: column {field}" in str(err.value)
+
+
+def test_json_nan_literal_price_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text('{"SpotPriceHistory": [' + json.dumps(_json_record()).replace('"0.3"', "NaN") + "]}")
+    with pytest.raises(InputError, match=r"p\.json:1: column SpotPrice"):
+        load_spot_prices(path)
+
+
+def test_unsorted_rows_are_sorted(tmp_path: Path) -> None:
+    table = _table()
+    shuffled = table.iloc[[2, 0, 1]].reset_index(drop=True)
+    write_price_csv(shuffled, tmp_path / "p.csv")
+    pd.testing.assert_frame_equal(load_spot_prices(tmp_path / "p.csv"), table)
+    # AWS returns newest first: the JSON loader sorts too.
+    (tmp_path / "p.json").write_text(_aws_json(shuffled))
+    pd.testing.assert_frame_equal(load_spot_prices(tmp_path / "p.json"), table)
+
+
+def test_exact_duplicates_are_dropped_with_a_warning(tmp_path: Path) -> None:
+    row = "2020-01-01T00:00:00Z,us-east-1,us-east-1a,p2.xlarge,0.3\n"
+    path = tmp_path / "dup.csv"
+    path.write_text(HEADER + row + "2020-01-01T01:00:00Z,us-east-1,us-east-1a,p2.xlarge,0.4\n" + row)
+    with pytest.warns(UserWarning, match=r"dup\.csv: dropped 1 duplicate row\(s\).*dup\.csv:4"):
+        table = load_spot_prices(path)
+    assert list(table["price"]) == [0.3, 0.4]
+    assert "dropped 1 duplicate" in table.attrs["repairs"][0]
+
+
+def test_conflicting_prices_at_one_instant_name_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "clash.csv"
+    path.write_text(
+        HEADER
+        + "2020-01-01T00:00:00Z,us-east-1,us-east-1a,p2.xlarge,0.3\n"
+        + "2020-01-01T00:00:00Z,us-east-1,us-east-1b,p2.xlarge,0.5\n"
+        + "2020-01-01T00:00:00Z,us-east-1,us-east-1a,p2.xlarge,0.4\n"
+    )
+    with pytest.raises(InputError) as err:
+        load_spot_prices(path)
+    msg = str(err.value)
+    assert f"{path}:4: column price" in msg and f"{path}:2" in msg and "conflicting" in msg
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where", "what"),
+    [
+        (  # a region cell that contradicts the zone
+            "r.csv",
+            HEADER + "2020-01-01T00:00:00Z,us-west-2,us-east-1a,p2.xlarge,0.3\n",
+            ":2: column region",
+            "contradicts",
+        ),
+        (  # an AZ id with no region
+            "r.tsv",
+            "usq1-az1\tp2.xlarge\tLinux/UNIX\t0.3\t2020-01-01T00:00:00Z\n",
+            ":1: column az_id",
+            "region is unknown",
+        ),
+        (  # a derived-CSV az_id with no region
+            "a.csv",
+            "timestamp_utc,az_id,instance_type,price_usd_per_hour\n2020-01-01T00:00:00Z,mars-az1,p2.xlarge,0.3\n",
+            ":2: column az_id",
+            "region is unknown",
+        ),
+        (  # one market key in two regions (zone names the loader cannot place, regions given)
+            "m.csv",
+            HEADER
+            + "2020-01-01T00:00:00Z,us-east-1,zone-x,p2.xlarge,0.3\n"
+            + "2020-01-01T01:00:00Z,us-west-2,zone-x,p2.xlarge,0.3\n",
+            ":3: column region",
+            "mix regions",
+        ),
+    ],
+)
+def test_zone_and_region_errors(tmp_path: Path, name: str, text: str, where: str, what: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_spot_prices(path)
+    assert str(path) + where in str(err.value) and what in str(err.value)
+
+
+def test_json_zone_with_no_region_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "z.json"
+    path.write_text(json.dumps({"SpotPriceHistory": [_json_record(AvailabilityZone="somewhere")]}))
+    with pytest.raises(InputError, match=r"z\.json:1: column AvailabilityZone.*region is unknown"):
+        load_spot_prices(path)
+
+
+def test_coverage_check_rejects_a_replay_outside_the_trace() -> None:
+    from policies.bidbrain import PriceSeries
+    from sim.spot.market import check_coverage
+
+    series = {("p2.xlarge", "us-east-1a"): PriceSeries(np.array([0.0, 3600.0]), np.array([0.3, 0.4]))}
+    check_coverage(series, 0.0, 3600.0 + 7200.0, 7200.0, "here")  # exactly max_stale past: fine
+    with pytest.raises(InputError, match=r"here: the run lasts until.*3\.0 h earlier.*max_stale_h = 2"):
+        check_coverage(series, 0.0, 3600.0 + 3 * 3600.0, 7200.0, "here")
+    with pytest.raises(InputError, match=r"here: the replay starts at.*begin at"):
+        check_coverage(series, -1.0, 0.0, 7200.0, "here")
+
+
+# --- the same cases end to end through a `kind: spot` scenario ------------------------------------------
+
+
+def _spot_trace(tmp_path: Path, hours: int = 48, zones: tuple[str, ...] = ("us-east-1a",)) -> Path:
+    rows = []
+    for h in range(0, hours + 1, 6):
+        stamp = (pd.Timestamp("2020-01-01", tz="UTC") + pd.Timedelta(hours=h)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for zone in zones:
+            region = zone[:-1]
+            rows.append(f"{stamp},{region},{zone},p2.xlarge,{0.27 + 0.01 * (h % 12 == 0)}\n")
+            rows.append(f"{stamp},{region},{zone},p3.2xlarge,{0.92 + 0.01 * (h % 12 == 0)}\n")
+    path = tmp_path / "trace.csv"
+    path.write_text(HEADER + "".join(rows))
+    return path
+
+
+def _spot_run(trace: Path, *overrides: str):
+    from scenarios.load import load_scenario
+    from scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
+    from sim.spot import run
+
+    base = [
+        f"market.trace={trace}",
+        'market.start="2020-01-01T12:00:00Z"',
+        "policy=standard",
+        "fault_tolerance=checkpoint",
+        "job.reference_count=2",
+        "job.reference_hours=1.0",
+    ]
+    return run(load_scenario(DEFAULT_SPOT_SCENARIO, [*base, *overrides]))
+
+
+def _spot_error(trace: Path, *overrides: str) -> str:
+    with pytest.raises(InputError) as err:
+        _spot_run(trace, *overrides)
+    return str(err.value)
+
+
+def test_spot_scenario_bad_markets_name_the_field(tmp_path: Path) -> None:
+    trace = _spot_trace(tmp_path)
+    assert _spot_run(trace).info["completed"] == 1  # the valid baseline runs
+    msg = _spot_error(trace, "market.instance_types=[p2.xlarge, p9.huge]")
+    assert "market.instance_types" in msg and "p9.huge" in msg and "on-demand price table" in msg
+    msg = _spot_error(trace, "market.instance_types=[p2.xlarge, p3.8xlarge]")  # priced, not in the trace
+    assert "market.instance_types" in msg and "p3.8xlarge" in msg
+    msg = _spot_error(trace, "job.reference_type=p9.huge")
+    assert "job.reference_type" in msg
+    msg = _spot_error(trace, "agileml.reliable_type=p9.huge")
+    assert "agileml.reliable_type" in msg
+    msg = _spot_error(trace, "market.zones=[us-east-1a, us-east-1f]")
+    assert "market.zones" in msg and "us-east-1f" in msg and "it has zones us-east-1a" in msg
+
+
+def test_spot_scenario_rejects_mixed_regions(tmp_path: Path) -> None:
+    trace = _spot_trace(tmp_path, zones=("us-east-1a", "us-west-2a"))
+    msg = _spot_error(trace)
+    assert "market.zones" in msg and "us-east-1, us-west-2" in msg
+    assert _spot_run(trace, "market.zones=[us-west-2a]").info["completed"] == 1
+
+
+def test_spot_scenario_never_extends_the_last_price_past_max_stale(tmp_path: Path) -> None:
+    trace = _spot_trace(tmp_path, hours=12)  # rows at 00:00, 06:00, 12:00
+    # Starts before the trace: an error, not the first price backwards.
+    msg = _spot_error(trace, 'market.start="2019-12-31T23:00:00Z"')
+    assert "market.start" in msg and "begin at" in msg
+    # Starts after the trace by more than max_stale_h: an error at the start.
+    msg = _spot_error(trace, 'market.start="2020-01-05T00:00:00Z"')
+    assert "market.start" in msg and "max_stale_h = 48" in msg
+    # Starts inside, but the run (~1.1 h) goes 1.6 h past the last row with max_stale_h = 1: an error.
+    msg = _spot_error(trace, 'market.start="2020-01-01T12:30:00Z"', "market.max_stale_h=1.0")
+    assert "market.max_stale_h" in msg and "p2.xlarge" in msg and "h earlier" in msg
+    # Within the allowance the last price holds (AWS records only changes).
+    assert _spot_run(trace, 'market.start="2020-01-01T12:30:00Z"').info["completed"] == 1

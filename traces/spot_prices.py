@@ -28,6 +28,23 @@ Formats read (see ``/work/shared/data/README.md`` §3 for provenance of the exam
 
 Every malformed value raises :class:`InputError` naming ``file:line: column``. Only ``Linux/UNIX`` rows
 are kept when a product description is present (other OSes are different markets with other prices).
+
+Bad traces (issue 6) are errors or documented repairs, never a silently wrong price:
+
+* **missing, empty, non-numeric, NaN, infinite or negative prices** (every format, JSON included) and
+  missing or non-string JSON fields: :class:`InputError` naming ``file:line: column``.
+* **unsorted rows**: repaired by sorting (input order never matters: AWS itself returns newest first).
+* **duplicates**: several rows for one market (instance type, zone) at one instant with the *same* price
+  are one price change written twice (overlapping AWS pages): the copies are dropped and a
+  :class:`UserWarning` says how many and where the first one was (``table.attrs["repairs"]`` too). The
+  same instant with *different* prices is an :class:`InputError` naming both lines.
+* **zones and regions**: a zone whose region cannot be told (not an AZ name like ``us-east-1c`` or id
+  like ``use1-az4``, and no ``region`` column), a ``region`` cell that contradicts its zone, or one
+  market with rows in two regions: :class:`InputError` naming the line(s).
+* **gaps**: AWS records only changes, so a market's price holds until its next row; the loader cannot
+  tell a quiet market from missing data. The replays decide: a run may not go past a market's last row
+  by more than ``market.max_stale_h`` (spot and Gavel scenarios; ``sim.spot.market.check_coverage``),
+  nor start before the market's first row.
 """
 
 from __future__ import annotations
@@ -38,6 +55,7 @@ import math
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -131,27 +149,39 @@ def load_aws_json(path: str | Path) -> pd.DataFrame:
     # JSON parsing loses positions, so locate the k-th record by the k-th occurrence of its keys.
     starts = [text.count("\n", 0, m.start()) + 1 for m in re.finditer(r'"InstanceType"\s*:', text)]
     rows = []
+    wheres = []
     for k, rec in enumerate(records):
         line = starts[k] if k < len(starts) else 0
         where = f"{path}:{line}" if line else f"{path}: record {k}"
         if not isinstance(rec, dict):
             raise InputError(where, f"record {k} is not an object")
         for key in ("Timestamp", "AvailabilityZone", "InstanceType", "SpotPrice"):
-            if key not in rec:
+            if key not in rec or rec[key] is None:
                 raise InputError(f"{where}: column {key}", f"record {k} lacks {key}")
+            value = rec[key]
+            if key == "SpotPrice":
+                ok = isinstance(value, str | int | float) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                raise InputError(
+                    f"{where}: column {key}",
+                    f"expected a {'number or ' if key == 'SpotPrice' else ''}string, got {value!r}",
+                )
         if rec.get("ProductDescription", LINUX) != LINUX:
             continue
-        zone = str(rec["AvailabilityZone"])
+        zone = _nonempty(rec["AvailabilityZone"], f"{where}: column AvailabilityZone")
         rows.append(
             (
-                _timestamp(str(rec["Timestamp"]), f"{where}: column Timestamp"),
+                _timestamp(rec["Timestamp"], f"{where}: column Timestamp"),
                 region_of(zone),
                 zone,
-                _nonempty(str(rec["InstanceType"]), f"{where}: column InstanceType"),
+                _nonempty(rec["InstanceType"], f"{where}: column InstanceType"),
                 _price(str(rec["SpotPrice"]), f"{where}: column SpotPrice"),
             )
         )
-    return _frame(rows, path)
+        wheres.append((where, "AvailabilityZone"))
+    return _frame(rows, path, wheres)
 
 
 def load_archive_tsv(path: str | Path) -> pd.DataFrame:
@@ -162,6 +192,7 @@ def load_archive_tsv(path: str | Path) -> pd.DataFrame:
     else:
         text = read_text(path)
     rows = []
+    wheres = []
     for lineno, raw in enumerate(text.split("\n"), start=1):
         line = raw.rstrip("\r")
         if not line.strip():
@@ -186,7 +217,8 @@ def load_archive_tsv(path: str | Path) -> pd.DataFrame:
                 _price(price, f"{where}: column price"),
             )
         )
-    return _frame(rows, path)
+        wheres.append((where, "az_id"))
+    return _frame(rows, path, wheres)
 
 
 def load_price_csv(path: str | Path) -> pd.DataFrame:
@@ -202,6 +234,7 @@ def load_price_csv(path: str | Path) -> pd.DataFrame:
         raise InputError(f"{path}:1", f"unknown header {','.join(header)!r}; expected one of: {known}")
     names = [shape[h.strip()] for h in header]
     rows = []
+    wheres = []
     for cells in reader:
         lineno = reader.line_num
         if not cells or all(not c.strip() for c in cells):
@@ -217,13 +250,14 @@ def load_price_csv(path: str | Path) -> pd.DataFrame:
         rows.append(
             (
                 _timestamp(row["timestamp"], f"{where}: column {col['timestamp']}"),
-                row.get("region") or region_of(zone),
+                _region(row.get("region", "").strip(), zone, where, col["zone"]),
                 zone,
                 _nonempty(row["instance_type"], f"{where}: column instance_type"),
                 _price(row["price"], f"{where}: column {col['price']}"),
             )
         )
-    return _frame(rows, path)
+        wheres.append((where, col["zone"]))
+    return _frame(rows, path, wheres)
 
 
 def write_price_csv(table: pd.DataFrame, path: str | Path) -> None:
@@ -325,15 +359,75 @@ def _nonempty(text: str, where: str) -> str:
     return value
 
 
-def _frame(rows: list[tuple], path: Path) -> pd.DataFrame:
+def _region(given: str, zone: str, where: str, zone_col: str) -> str:
+    """The region of a CSV row: its ``region`` cell, which must agree with the zone's own region."""
+    derived = region_of(zone)
+    if given and derived and given != derived:
+        raise InputError(
+            f"{where}: column region", f"region {given!r} contradicts zone {zone!r} (in {derived})"
+        )
+    return given or derived
+
+
+def _frame(rows: list[tuple], path: Path, wheres: list[tuple[str, str]]) -> pd.DataFrame:
     if not rows:
         raise InputError(str(path), "no Linux/UNIX price rows")
+    for (where, zone_col), row in zip(wheres, rows, strict=True):
+        if not row[1]:
+            raise InputError(
+                f"{where}: column {zone_col}",
+                f"{row[2]!r} is neither an AZ name (us-east-1c) nor an AZ id (use1-az4): its region is "
+                "unknown (add a region column)",
+            )
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True).astype("datetime64[ns, UTC]")
     frame["price"] = frame["price"].astype("float64")
     for col in ("region", "zone", "instance_type"):
         frame[col] = frame[col].astype(str)
-    return frame.sort_values(["timestamp", "zone", "instance_type"], kind="stable").reset_index(drop=True)
+    frame["_where"] = [w for w, _ in wheres]
+    # One market lives in one region.
+    regions = frame.groupby(["instance_type", "zone"], sort=True)["region"].nunique()
+    if (regions > 1).any():
+        itype, zone = regions[regions > 1].index[0]
+        rows_ = frame[(frame["instance_type"] == itype) & (frame["zone"] == zone)]
+        first = rows_.iloc[0]
+        other = rows_[rows_["region"] != first["region"]].iloc[0]
+        raise InputError(
+            f"{other['_where']}: column region",
+            f"market {itype} in {zone} is in region {other['region']} here but {first['region']} at "
+            f"{first['_where']}: a trace must not mix regions in one market",
+        )
+    # Sorting repairs any input order (documented); stable, so equal keys keep their file order.
+    frame = frame.sort_values(["timestamp", "zone", "instance_type"], kind="stable").reset_index(drop=True)
+    key = ["timestamp", "zone", "instance_type"]
+    dup = frame.duplicated(key, keep=False)
+    repairs: list[str] = []
+    if dup.any():
+        clash = frame[dup].groupby(key, sort=False)["price"].nunique()
+        if (clash > 1).any():
+            stamp, zone, itype = clash[clash > 1].index[0]
+            same = frame[
+                (frame["timestamp"] == stamp) & (frame["zone"] == zone) & (frame["instance_type"] == itype)
+            ]
+            a = same.iloc[0]
+            b = same[same["price"] != a["price"]].iloc[0]
+            raise InputError(
+                f"{b['_where']}: column price",
+                f"{itype} in {zone} at {stamp.isoformat()} costs {b['price']!r} here but {a['price']!r} at "
+                f"{a['_where']}: conflicting prices for one market at one instant",
+            )
+        extra = frame.duplicated(key, keep="first")
+        first_where = frame.loc[extra, "_where"].iloc[0]
+        repairs.append(
+            f"{path}: dropped {int(extra.sum())} duplicate row(s) (same market, instant and price; "
+            f"the first at {first_where})"
+        )
+        warnings.warn(repairs[-1], UserWarning, stacklevel=3)
+        frame = frame.loc[~extra].reset_index(drop=True)
+    frame = frame.drop(columns="_where")
+    if repairs:
+        frame.attrs["repairs"] = repairs
+    return frame
 
 
 # Bundled real prices: us-east-1 p2/p3, 2019-12-22..2020-03-23 (stanford-futuredata/training_on_a_dime

@@ -19,7 +19,7 @@ from scenarios.spot_results import to_frame
 from scenarios.spot_schema import SpotScenario
 from sim.spot.billing import billing_model
 from sim.spot.engine import SpotConfig, SpotSim
-from sim.spot.market import MarketReplay, series_from_table
+from sim.spot.market import MarketReplay, check_coverage, series_from_table
 from sim.spot.perf import DEFAULT_PERF
 from traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
 from traces.spot_generator import fit_price_model, generate_prices
@@ -48,6 +48,22 @@ def market_table(scenario: SpotScenario) -> pd.DataFrame:
     missing = sorted(set(spec.instance_types) - set(table["instance_type"]))
     if missing:
         raise InputError(f"{scenario.source}: market.instance_types", f"no prices in the trace for {missing}")
+    if spec.zones is not None:
+        absent = sorted(set(spec.zones) - set(table["zone"]))
+        if absent:
+            have = sorted(set(select(_load_trace(spec.trace), spec.instance_types)["zone"]))
+            raise InputError(
+                f"{scenario.source}: market.zones",
+                f"the trace has no prices for {spec.instance_types} in {absent} "
+                f"(it has zones {', '.join(have)})",
+            )
+    regions = sorted(set(table["region"]))
+    if len(regions) > 1:
+        raise InputError(
+            f"{scenario.source}: market.zones",
+            f"the selected markets span regions {', '.join(regions)}; a run replays one region (one "
+            "on-demand price table): list zones of one region",
+        )
     if spec.synthetic is None:
         return table
     return _synthetic_twin(scenario, table)
@@ -134,17 +150,31 @@ def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, BidBr
     """The engine's inputs for a scenario."""
     spec = scenario.market
     od = _load_on_demand(spec.on_demand)
-    for itype in [*spec.instance_types, scenario.job.reference_type, scenario.agileml.reliable_type]:
+    named = [
+        *(("market.instance_types", t) for t in spec.instance_types),
+        ("job.reference_type", scenario.job.reference_type),
+        ("agileml.reliable_type", scenario.agileml.reliable_type),
+    ]
+    for field, itype in named:
         if itype not in od:
             raise InputError(
-                f"{scenario.source}", f"instance type {itype} is not in the on-demand price table"
+                f"{scenario.source}: {field}",
+                f"instance type {itype} is not in the on-demand price table (it has {', '.join(sorted(od))})",
             )
     rates = {name: float(t.vcpus) for name, t in od.items()}  # ν = vCPUs, as in Proteus §4.1
     rates.update(scenario.job.work_rate)
     table = market_table(scenario)
     start = start_time(scenario, table)
     series = series_from_table(table, start)
-    market = MarketReplay(series)
+    covered = None
+    if spec.synthetic is not None:
+        # A generated market writes only its changes and holds its last price to the span's end by
+        # construction (the span of the real trace it was fitted to, see _synthetic_twin).
+        real = select(_load_trace(spec.trace), spec.instance_types, spec.zones)
+        covered = (real["timestamp"].max() - start).total_seconds()
+    stale_s = spec.max_stale_h * 3600.0
+    check_coverage(series, 0.0, 0.0, stale_s, f"{scenario.source}: market.start", start, covered)
+    market = MarketReplay(series, covered)
     ref_rate = scenario.job.reference_count * rates[scenario.job.reference_type]
     work = scenario.job.work if scenario.job.work is not None else ref_rate * scenario.job.reference_hours
     billing = billing_model(scenario.billing.model, scenario.billing.warning_s)
@@ -195,6 +225,16 @@ def run(scenario: SpotScenario, progress: Callable[[float, str], None] | None = 
     config, market, markets, bidbrain, start = build(scenario)
     sim = SpotSim(config, market, markets, np.random.default_rng(scenario.seed), bidbrain, progress)
     sim.run()
+    # The prices the run was billed at must come from the trace, not from its last row held forever.
+    check_coverage(
+        market.series,
+        0.0,
+        float(sim.env.now),
+        scenario.market.max_stale_h * 3600.0,
+        f"{scenario.source}: market.max_stale_h",
+        start,
+        market.covered_until_s,
+    )
     books = sim.books
     tables = {
         "acquisitions": to_frame("acquisitions", books.acquisitions),
