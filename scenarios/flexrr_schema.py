@@ -13,6 +13,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    ValidationInfo,
     model_validator,
 )
 
@@ -160,7 +161,7 @@ class FlexRRScenario(ScenarioBase):
     runtime: FlexRRRuntime = FlexRRRuntime()
 
     @model_validator(mode="after")
-    def _consistent(self) -> FlexRRScenario:
+    def _consistent(self, info: ValidationInfo) -> FlexRRScenario:
         if self.items_per_worker < self.rr.message_checks:
             raise ValueError(
                 f"items_per_worker={self.items_per_worker} must be >= rr.message_checks="
@@ -174,10 +175,14 @@ class FlexRRScenario(ScenarioBase):
                 f"iteration_s_per_worker has {len(self.iteration_s_per_worker)} entries, expected one per"
                 f" worker ({n})"
             )
-        if "helper_group_size" in self.rr.model_fields_set and self.rr.helper_group_size > n:
+        given = (
+            bool(info.context and info.context.get("user_input"))
+            and "helper_group_size" in self.rr.model_fields_set
+        )
+        if given and self.rr.helper_group_size > n:
             # Equal to the cluster is allowed and means "every other worker" (policies/flexrr/groups.py
-            # caps a group at workers - 1); larger, when given, is a mistake, not a request. The
-            # default (4) stays valid on clusters smaller than that.
+            # caps a group at workers - 1); larger, when a user wrote it, is a mistake, not a request.
+            # The default (4) stays valid on smaller clusters, also after a round trip through JSON.
             raise ValueError(
                 f"rr.helper_group_size={self.rr.helper_group_size} is larger than the cluster of {n} workers"
             )

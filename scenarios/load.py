@@ -48,7 +48,9 @@ def load_scenario(path: str | Path | None, overrides: Sequence[str] = ()) -> Any
     _resolve_paths(data, source.parent.resolve(), overridden, path_fields)
 
     try:
-        scenario = model.model_validate(data)
+        # The context marks input written by a user (a file and its --set overrides), as opposed to a
+        # scenario re-validated after a round trip, where every field looks explicitly given.
+        scenario = model.model_validate(data, context={"user_input": True})
     except ValidationError as err:
         raise _explain(err, data, lines, label, overridden, model) from None
     scenario._source = label
