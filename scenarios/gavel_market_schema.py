@@ -11,8 +11,6 @@ trace) are made when the run is built (``sim.gavel_market.build_market``) and na
 
 from __future__ import annotations
 
-from datetime import date, datetime
-from pathlib import Path
 from typing import Literal
 
 from pydantic import (
@@ -25,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from scenarios.price_fields import iso_text, on_demand_table, price_trace
 from traces.spot_prices import BUNDLED_SPOT_TRACES
 
 # Path fields of the section for the loader (relative to the scenario file), with their keywords.
@@ -69,29 +68,9 @@ class GavelMarket(_Strict):
     max_stale_h: PositiveFloat = 48.0
     types: dict[str, MarketType]
 
-    @field_validator("start", mode="before")
-    @classmethod
-    def _iso(cls, value: object) -> object:
-        # YAML reads an unquoted 2020-02-20T00:00:00Z as a datetime; keep it as the ISO text it was.
-        if isinstance(value, datetime | date):
-            return value.isoformat()
-        return value
-
-    @field_validator("trace")
-    @classmethod
-    def _trace_exists(cls, value: str) -> str:
-        if value not in BUNDLED_SPOT_TRACES and not Path(value).is_file():
-            raise ValueError(
-                f"expected {' or '.join(BUNDLED_SPOT_TRACES)} or a price file; not found: {value}"
-            )
-        return value
-
-    @field_validator("on_demand_prices")
-    @classmethod
-    def _table_exists(cls, value: str) -> str:
-        if value != "bundled" and not Path(value).is_file():
-            raise ValueError(f"expected bundled or an on-demand price CSV; not found: {value}")
-        return value
+    _iso = field_validator("start", mode="before")(iso_text)
+    _trace_exists = field_validator("trace")(price_trace)
+    _table_exists = field_validator("on_demand_prices")(on_demand_table)
 
     @model_validator(mode="after")
     def _some_workers(self) -> GavelMarket:

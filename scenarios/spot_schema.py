@@ -6,7 +6,6 @@ Validated like every scenario (unknown fields are errors; strict types) and load
 
 from __future__ import annotations
 
-from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -19,11 +18,12 @@ from pydantic import (
     model_validator,
 )
 
+from scenarios.price_fields import BUNDLED_TRACE_NAMES, iso_text, on_demand_table, price_trace
 from scenarios.schema import ScenarioBase, _Strict
 
 DEFAULT_SPOT_SCENARIO = Path(__file__).with_name("spot-default.yaml")
-# Bundled trace names (traces/spot_prices.py BUNDLED_SPOT_TRACES); anything else is a path.
-BUNDLED_TRACE_NAMES = ("aws-p2-p3-us-east-1-2020",)
+
+
 SPOT_PATH_FIELDS: dict[str, tuple[str, ...]] = {
     "market.trace": BUNDLED_TRACE_NAMES,
     "market.on_demand": ("bundled",),
@@ -56,29 +56,9 @@ class MarketSpec(_Strict):
     max_stale_h: PositiveFloat = 48.0
     synthetic: Synthetic | None = None
 
-    @field_validator("start", mode="before")
-    @classmethod
-    def _iso(cls, value: object) -> object:
-        # YAML reads an unquoted 2020-02-20T00:00:00Z as a datetime; keep it as the ISO text it was.
-        if isinstance(value, datetime | date):
-            return value.isoformat()
-        return value
-
-    @field_validator("trace")
-    @classmethod
-    def _trace_exists(cls, value: str) -> str:
-        if value not in BUNDLED_TRACE_NAMES and not Path(value).is_file():
-            raise ValueError(
-                f"expected {' or '.join(BUNDLED_TRACE_NAMES)} or a price file; not found: {value}"
-            )
-        return value
-
-    @field_validator("on_demand")
-    @classmethod
-    def _table_exists(cls, value: str) -> str:
-        if value != "bundled" and not Path(value).is_file():
-            raise ValueError(f"expected bundled or an on-demand price CSV; not found: {value}")
-        return value
+    _iso = field_validator("start", mode="before")(iso_text)
+    _trace_exists = field_validator("trace")(price_trace)
+    _table_exists = field_validator("on_demand")(on_demand_table)
 
 
 class Job(_Strict):
