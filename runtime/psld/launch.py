@@ -159,12 +159,17 @@ def die_with_parent() -> None:
         pass
 
 
-def _main(rank: int, world: int, port: int, jobs: list[Job], queue: Any) -> None:
+def join_group(rank: int, world: int, port: int) -> None:
+    """Start one rank of a launch: die with the launcher, one thread, join the gloo group on ``port``."""
     die_with_parent()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def _main(rank: int, world: int, port: int, jobs: list[Job], queue: Any) -> None:
+    join_group(rank, world, port)
     try:
         for index, job in enumerate(jobs):
             if rank < job.ps_ranks:

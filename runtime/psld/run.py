@@ -213,16 +213,11 @@ def _rates(scenario: PSLDScenario, what: str) -> dict[int, float] | None:
 def _main(rank: int, world: int, port: int, runs: list[tuple[Any, float]], queue: Any) -> None:
     """One rank of a launch that runs ``runs`` (job, duration_s) one after another on one process group,
     each as a 1-iteration probe (first touches) and then the job itself."""
-    import torch
     import torch.distributed as dist
 
-    from runtime.psld.launch import die_with_parent
+    from runtime.psld.launch import join_group
 
-    die_with_parent()
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, port)
     try:
         first = runs[0][0]
         if rank >= first.ps_ranks and first.device == "cuda":
