@@ -126,7 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="throughput CSV (default: <scenario-stem>.throughputs.csv beside the scenario)",
     )
-    profile.add_argument("--steps", type=int, default=30, help="steps of each measured lease (default: 30)")
+    length = profile.add_mutually_exclusive_group()
+    length.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        help="training seconds of each measured lease (default: 10; long enough to time a fast GPU job)",
+    )
+    length.add_argument("--steps", type=int, help="a measured lease of this many steps instead of --seconds")
     profile.add_argument(
         "--under-load",
         action="store_true",
@@ -340,22 +347,24 @@ def _report(args: argparse.Namespace) -> int:
 def _profile(args: argparse.Namespace) -> int:
     from runtime import profile
 
-    if args.steps < 1:
+    if args.steps is not None and args.steps < 1:
         raise InputError(f"--steps {args.steps}", "a measured lease needs at least 1 step")
+    if args.steps is None and not args.seconds > 0:
+        raise InputError(f"--seconds {args.seconds}", "a measured lease needs a positive length")
+    length = {"steps": args.steps} if args.steps is not None else {"seconds": args.seconds}
     scenario = profile.load_for_profiling(args.scenario, args.overrides)
     out = args.out or profile.default_output(args.scenario)
     profile.check_output(out)
     todo, skipped = profile.plan(scenario)  # every input check, before the first job process starts
     try:
         with progress_bar(f"profiling {scenario.name}") as progress:
-            rows = profile.profile_scenario(
-                scenario, steps=args.steps, progress=progress, under_load=args.under_load
-            )
+            rows = profile.profile_scenario(scenario, **length, progress=progress, under_load=args.under_load)
     except profile.ProfileError as err:  # a job failed: not bad input, but no traceback either
         print(f"error: {err}", file=sys.stderr)
         return 1
     written = profile.write_profile(rows, out)
-    table = Table(title=f"profile of {scenario.name} ({args.steps} steps per lease)")
+    per_lease = f"{args.steps} steps" if args.steps is not None else f"{args.seconds:g} s"
+    table = Table(title=f"profile of {scenario.name} ({per_lease} per measured lease)")
     for column in ("job type", "scale", "worker", "steps/s", "load s", "save s", "start-up s"):
         table.add_column(column, justify="left" if column in ("job type", "worker") else "right")
     for r in rows:

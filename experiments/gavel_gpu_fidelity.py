@@ -18,6 +18,10 @@
    ``--target-s`` seconds.
 3. Run the trace for real under each policy (heterogeneity-aware LAS, FTF, ...). One policy has the whole
    machine; two run at once, each on its own GPU (``--gpus``) and half the CPU cores (``taskset``).
+   Two policies are also profiled at once, each on its own half (``profile-<policy>.throughputs.csv``),
+   so that each profile sees the load its real run will see: its own half busy and the other half busy
+   too (the halves share the host's memory system). Each policy's simulation is calibrated by its
+   own half's profile; the trace is sized by the first policy's.
 
 ``compare`` (anywhere, e.g. after fetching DIR from the GPU machine): simulate every finished real run
 from the same scenario, trace and profile, and compare (``clustertwin compare``); ``results.json`` in
@@ -33,6 +37,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from runtime.profile import overheads_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "gavel-real-gpu.yaml"
@@ -88,13 +94,21 @@ def simulated_makespan(overrides: list[str]) -> float:
     return float(gavel_metrics(run_scenario(scenario), dict(scenario.cluster.gpus))["makespan_s"])
 
 
-def calibrated(work: Path) -> list[str]:
-    """The overrides that calibrate the scenario by the profile and the sized trace in ``work``."""
+def profile_csv(work: Path, policy: str) -> Path:
+    """The policy's own profile (two policies profiled at once, one per half), else the common one."""
+    own = work / f"profile-{policy}.throughputs.csv"
+    return own if own.is_file() else work / "profile.throughputs.csv"
+
+
+def calibrated(work: Path, policy: str) -> list[str]:
+    """The overrides that calibrate the scenario for ``policy`` by its profile and the sized trace in
+    ``work``."""
     plan = json.loads((work / "plan.json").read_text())
+    cost = plan.get("overheads_by_policy", {}).get(policy, plan["overheads_s"])
     return [
-        f"throughputs={work / 'profile.throughputs.csv'}",
+        f"throughputs={profile_csv(work, policy)}",
         f"workload.trace={work / 'trace.trace'}",
-        f"mechanism.preemption_overhead_s={json.dumps(plan['overheads_s'])}",
+        f"mechanism.preemption_overhead_s={json.dumps(cost)}",
         *plan["extra"],
     ]
 
@@ -107,23 +121,38 @@ def flags(overrides: list[str]) -> list[str]:
     return [x for s in overrides for x in ("--set", s)]
 
 
+def shares(policies: list[str], gpus: list[int]) -> list[tuple[str | None, int]]:
+    """(cores for taskset, GPU) of each policy: the whole machine for one, a half each for two."""
+    if len(policies) == 1:
+        return [(None, gpus[0])]
+    cpus = os.cpu_count() or 2
+    halves = [f"0-{cpus // 2 - 1}", f"{cpus // 2}-{cpus - 1}"]
+    return list(zip(halves, gpus, strict=False))
+
+
 def run(args: argparse.Namespace) -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     extra = ["real.workers.gpu={device: cpu}"] if args.cpu_only else []
-    profile_csv = work / "profile.throughputs.csv"
+    places = shares(args.policies, args.gpus)
     load = ["--under-load"] if args.under_load else []
-    check(
-        clustertwin(
-            "profile", str(SCENARIO), *flags(extra), "--out", str(profile_csv), "--steps", "40", *load
-        )
-    )
-    cost = overheads(work / "profile.overheads.csv")
-    (work / "plan.json").write_text(json.dumps({"overheads_s": cost, "extra": extra}))
-    common = calibrated(work) + policy_overrides(args.policies[0])
+    profiles = {}
+    for policy, (cores, gpu) in zip(args.policies, places, strict=True):
+        name = "profile" if len(args.policies) == 1 else f"profile-{policy}"
+        device = [] if args.cpu_only else [f"real.workers.gpu.cuda_devices=[{gpu}]"]
+        out = work / f"{name}.throughputs.csv"
+        args_ = ("profile", str(SCENARIO), *flags(extra + device), "--out", str(out), "--seconds", "8", *load)
+        profiles[policy] = (out, clustertwin(*args_, cpus=cores))
+    for _, process in profiles.values():
+        check(process)
+    cost = {p: overheads(overheads_path(out)) for p, (out, _) in profiles.items()}
+    first = args.policies[0]
+    plan = {"overheads_s": cost[first], "overheads_by_policy": cost, "extra": extra}
+    (work / "plan.json").write_text(json.dumps(plan))
+    common = calibrated(work, first) + policy_overrides(first)
 
     # Size the trace so that the first policy's simulated run lasts about --target-s (bisection).
-    throughput = cpu_throughputs(profile_csv)
+    throughput = cpu_throughputs(profiles[first][0])
     low, high = 0.01, 100.0
     for _ in range(14):
         scale = (low * high) ** 0.5
@@ -133,10 +162,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             high = scale
     write_trace(work / "trace.trace", low, throughput)
-    predicted = {p: simulated_makespan(calibrated(work) + policy_overrides(p)) for p in args.policies}
-    plan = {
-        "overheads_s": cost,
-        "extra": extra,
+    predicted = {p: simulated_makespan(calibrated(work, p) + policy_overrides(p)) for p in args.policies}
+    plan |= {
         "profile_mode": "under-load" if args.under_load else "isolated",
         "scale": low,
         "predicted_makespan_s": predicted,
@@ -144,15 +171,9 @@ def run(args: argparse.Namespace) -> int:
     (work / "plan.json").write_text(json.dumps(plan, indent=2))
     print(json.dumps(plan), flush=True)
 
-    cpus = os.cpu_count() or 2
-    if len(args.policies) == 1:
-        shares = [(None, args.gpus[0])]
-    else:
-        halves = [f"0-{cpus // 2 - 1}", f"{cpus // 2}-{cpus - 1}"]
-        shares = list(zip(halves, args.gpus, strict=False))
     runs = []
-    for policy, (cores, gpu) in zip(args.policies, shares, strict=True):
-        sets = calibrated(work) + policy_overrides(policy)
+    for policy, (cores, gpu) in zip(args.policies, places, strict=True):
+        sets = calibrated(work, policy) + policy_overrides(policy)
         if not args.cpu_only:
             sets.append(f"real.workers.gpu.cuda_devices=[{gpu}]")
         out = work / f"real-{policy}"
@@ -173,7 +194,7 @@ def compare(args: argparse.Namespace) -> int:
             continue  # unfinished (its tables so far are in real-<policy>.partial/)
         policy = real.name.removeprefix("real-")
         sim = work / f"sim-{policy}"
-        sets = calibrated(work) + policy_overrides(policy)
+        sets = calibrated(work, policy) + policy_overrides(policy)
         check(clustertwin("run", str(SCENARIO), "--backend", "sim", "--out", str(sim), "--quiet",
                           *flags(sets)))  # fmt: skip
         out = work / f"compare-{policy}"

@@ -7,8 +7,11 @@ has several ranks) for two leases:
 * a warm-up lease of a few steps from scratch. It warms the file-system caches (bytecode, torch's
   libraries), which a cluster's long-lived workers keep warm, and leaves a real checkpoint behind, so
   that the next lease's load is a real load;
-* a measured lease of ``steps`` steps that resumes from that checkpoint and saves a new one: what a job
-  pays in every round it is (re)started.
+* a measured lease that resumes from that checkpoint and saves a new one: what a job pays in every round
+  it is (re)started. It trains for ``seconds`` of training time (the default), or for ``steps`` steps when
+  no ``seconds`` is given. A fixed step count is no measure on a GPU: 40 steps of a small LSTM take 70 ms
+  there, less than the jitter of the first steps' one-time costs that :func:`steady_step_s` subtracts,
+  and a 40-step profile on an H100 over-stated the GPU throughputs 2-8x against the real run's rounds.
 
 From the two come the steady throughput (steps/s, Gavel's table T; :func:`steady_step_s` says why
 from both), and from the measured lease the checkpoint load and save times (the preemption overhead of
@@ -71,7 +74,10 @@ from traces.gavel_trace import load_gavel_trace
 # checkout whatever the caller's working directory is.
 _ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STEPS = 30
+DEFAULT_SECONDS = 10.0
 DEFAULT_WARMUP_STEPS = 3
+# The step bound of a lease bounded by time, and the total steps of a profiled job (never reached).
+_OPEN_ENDED = 10**12
 # The lease is bounded by steps, not time; the clock limit and the process timeout only stop a job that
 # hangs (a rendezvous that never completes, a deadlocked collective).
 _LEASE_SECONDS = 3600.0
@@ -206,14 +212,18 @@ def profile_scenario(
     scenario: Scenario,
     *,
     steps: int = DEFAULT_STEPS,
+    seconds: float | None = None,
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
     progress: ProgressCallback | None = None,
     under_load: bool = False,
 ) -> list[ProfileRow]:
     """Measure every pair of :func:`plan`, one at a time (concurrent measured jobs would share cores
-    and skew each other's numbers); with ``under_load`` each on a busy host (module docstring)."""
+    and skew each other's numbers); with ``under_load`` each on a busy host (module docstring). The
+    measured lease lasts ``seconds`` of training when given, else ``steps`` steps."""
     if steps < 1 or warmup_steps < 1:
         raise InputError("--steps", f"steps and warm-up steps must be >= 1 (got {steps}, {warmup_steps})")
+    if seconds is not None and not seconds > 0:
+        raise InputError("--seconds", f"a measured lease needs a positive length (got {seconds})")
     todo, _ = plan(scenario)
     real = scenario.real
     assert real is not None
@@ -243,6 +253,7 @@ def profile_scenario(
                     real.workers[worker_type],
                     threads=real.threads_per_cpu_worker,
                     steps=steps,
+                    seconds=seconds,
                     warmup_steps=warmup_steps,
                     workdir=Path(scratch) / str(index),
                     seed=scenario.seed,
@@ -421,18 +432,22 @@ def measure(
     warmup_steps: int,
     workdir: Path,
     seed: int = 0,
+    seconds: float | None = None,
 ) -> ProfileRow:
-    """Warm-up lease, then the measured lease, of one job on one worker type."""
+    """Warm-up lease, then the measured lease (``seconds`` of training if given, else ``steps`` steps),
+    of one job on one worker type."""
     workdir.mkdir(parents=True, exist_ok=True)
-    total = warmup_steps + steps
-    warmup = _checked(
-        run_job_lease(job_type, scale_factor, worker, threads, workdir, warmup_steps, total, seed),
-        0,
-        warmup_steps,
-        f"{job_type} x{scale_factor} on {worker_type}",
-    )
-    run = run_job_lease(job_type, scale_factor, worker, threads, workdir, steps, total, seed)
-    report = _checked(run, warmup_steps, steps, f"{job_type} x{scale_factor} on {worker_type}")
+    what = f"{job_type} x{scale_factor} on {worker_type}"
+    total = warmup_steps + steps if seconds is None else _OPEN_ENDED
+    lease = (job_type, scale_factor, worker, threads, workdir)
+    warmup = _checked(run_job_lease(*lease, warmup_steps, total, seed), 0, warmup_steps, what)
+    if seconds is None:
+        run = run_job_lease(*lease, steps, total, seed)
+        report = _checked(run, warmup_steps, steps, what)
+    else:
+        run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds)
+        report = _checked(run, warmup_steps, None, what)
+        steps = int(report["end_step"]) - warmup_steps
     step_s = steady_step_s(warmup["seconds"], warmup_steps, report["seconds"], steps)
     return ProfileRow(
         job_type=job_type,
@@ -464,14 +479,16 @@ def steady_step_s(short_s: float, short_steps: int, long_s: float, long_steps: i
     return long_s / long_steps
 
 
-def _checked(run: LeaseRun, start: int, steps: int, what: str) -> dict[str, float]:
-    """The lease's report, if it trained exactly the steps it was given."""
+def _checked(run: LeaseRun, start: int, steps: int | None, what: str) -> dict[str, float]:
+    """The lease's report, if it trained from ``start`` exactly ``steps`` steps (``None``: a lease bounded
+    by time, at least one step)."""
     report = run.report
-    if (int(report["start_step"]), int(report["end_step"])) != (start, start + steps) or report[
-        "seconds"
-    ] <= 0:
+    first, end = int(report["start_step"]), int(report["end_step"])
+    good = end == start + steps if steps is not None else end > start
+    if first != start or not good or report["seconds"] <= 0:
+        expected = f"{start}..{start + steps}" if steps is not None else f"{start}.. (at least one step)"
         raise ProfileError(
-            f"{what}: expected steps {start}..{start + steps}, the job reported"
+            f"{what}: expected steps {expected}, the job reported"
             f" {report['start_step']}..{report['end_step']} in {report['seconds']} s"
         )
     return report
@@ -486,6 +503,7 @@ def run_job_lease(
     max_steps: int,
     total_steps: int,
     seed: int,
+    max_seconds: float = _LEASE_SECONDS,
 ) -> LeaseRun:
     """Start the job process for one lease (torchrun with ``scale_factor`` ranks when > 1) and wait."""
     report_path = workdir / "report.json"
@@ -496,7 +514,7 @@ def run_job_lease(
         "--checkpoint", str(workdir / "checkpoint.pt"),
         "--report", str(report_path),
         "--max-steps", str(max_steps),
-        "--max-seconds", str(_LEASE_SECONDS),
+        "--max-seconds", repr(max_seconds),
         "--total-steps", str(total_steps),
         "--device", worker.device,
         "--slowdown", repr(worker.slowdown),

@@ -87,6 +87,35 @@ def test_profile_writes_a_table_the_simulator_loads(tmp_path: Path) -> None:
     assert set(cluster_layout(reloaded, load_table(reloaded)).worker_types) == {"fast", "slow"}
 
 
+def test_a_measured_lease_bounded_by_time_trains_that_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default measured lease: as many steps as fit in the given training time, timed by the job.
+    leases: list[tuple[int, float, dict[str, float]]] = []
+    real_lease = profile.run_job_lease
+
+    def lease(*args, max_seconds: float = 3600.0) -> profile.LeaseRun:
+        run = real_lease(*args, max_seconds=max_seconds)
+        leases.append((args[5], max_seconds, run.report))
+        return run
+
+    monkeypatch.setattr(profile, "run_job_lease", lease)
+    path = write_scenario(tmp_path)
+    (tmp_path / "tiny.trace").write_text(_trace_row(LM, 100, 0))
+    scenario = profile.load_for_profiling(
+        path, ["real.workers={fast: {device: cpu}}", "cluster.gpus={fast: 1}"]
+    )
+    (row,) = profile.profile_scenario(scenario, seconds=1.5, warmup_steps=2)
+    (warm_steps, _, warm), (_, limit, measured) = leases
+    assert warm_steps == 2 and warm["end_step"] == 2 and limit == 1.5
+    trained = measured["end_step"] - measured["start_step"]
+    assert measured["start_step"] == 2 and trained > 10  # a small LM makes many steps in 1.5 s
+    assert 1.5 <= measured["seconds"] < 1.5 + 5 * row.step_s + 0.5  # stops at the first step past 1.5 s
+    assert row.throughput == pytest.approx(trained / measured["seconds"], rel=0.5)
+    with pytest.raises(InputError, match="--seconds"):
+        profile.profile_scenario(scenario, seconds=0.0)
+
+
 def test_steady_step_time_cancels_the_first_steps_one_time_cost() -> None:
     # Both leases pay 2 s once, then 0.1 s a step.
     assert profile.steady_step_s(2.0 + 3 * 0.1, 3, 2.0 + 30 * 0.1, 30) == pytest.approx(0.1)
