@@ -104,6 +104,36 @@ def test_flexrr_beats_bsp_under_slow_workers():
     assert flexrr_metrics(flexrr)["reassigned_fraction"] > 0
 
 
+def test_busy_log_accounts_for_every_processed_item():
+    """``simulate()``'s busy log (the timelines behind docs/flexrr.md's idle breakdown): per worker the
+    stretches of processing do not overlap, each takes the time its straggler profile gives, and their
+    items are exactly the committed items plus the wasted ones, kind by kind."""
+    from sim.flexrr import simulate
+
+    s = small("mode=flexrr", "stragglers.delay=4.0", "stragglers.probability=0.05")
+    result, log = simulate(s)
+    busy = pd.DataFrame(log.busy, columns=["worker", "start", "end", "kind", "owner", "iteration", "items"])
+    assert set(busy["kind"]) <= {"own", "help", "spec"} and (busy["items"] > 0).all()
+    assert (busy["end"] >= busy["start"]).all()
+    for _, g in busy.sort_values(["worker", "start"]).groupby("worker"):
+        assert (g["start"].to_numpy()[1:] >= g["end"].to_numpy()[:-1] - 1e-9).all()
+    commits = result.tables["commits"]
+    sizes = commits["end_item"] - commits["start_item"]
+    by_kind = busy.groupby("kind")["items"].sum()
+    assert by_kind.get("own", 0) == sizes[commits["kind"] == "own"].sum()
+    assert by_kind.get("help", 0) == sizes[commits["kind"] == "help"].sum()
+    assert by_kind.get("spec", 0) == sizes[commits["kind"] == "reclaimed"].sum() + result.info["wasted_items"]
+    assert by_kind.get("help", 0) > 0
+    # each worker's busy time is what its profile gives for the work it did (work-paced: idling does not
+    # consume a slowdown)
+    profs = profiles(s)
+    for w, g in busy.groupby("worker"):
+        work = g["items"].sum() / s.items_per_worker
+        assert (g["end"] - g["start"]).sum() == pytest.approx(profs[w].elapsed(0.0, 0.0, work), rel=1e-9)
+    # off with record_messages=false
+    assert simulate(small("mode=flexrr", "record_messages=false"))[1].busy == []
+
+
 def test_helper_group_zero_is_ssp():
     ssp = run(small("mode=ssp", "stragglers.delay=2.0", "stragglers.probability=0.05"))
     zero = run(

@@ -85,5 +85,6 @@ def test_helper_groups_larger_than_the_cluster_are_refused() -> None:
     from scenarios.load import load_scenario
 
     base = Path(__file__).resolve().parents[1] / "scenarios" / "flexrr-default.yaml"
-    with pytest.raises(InputError, match="rr.helper_group_size=200 is larger than the cluster of 128 workers"):
+    too_large = "rr.helper_group_size=200 is larger than the cluster of 128 workers"
+    with pytest.raises(InputError, match=too_large):
         load_scenario(base, ["rr.helper_group_size=200"])

@@ -8,8 +8,9 @@ Ideal bound of §3.4.1 computed from the same straggler realisation), ``total_it
 to its update's last slice landing) and ``ps_mean_pull_s`` (a worker asking for the fresh slices to
 the last one arriving; includes waiting for the shards to apply).
 
-``simulate(scenario)`` returns the engine's log too (gate openings, and the PS's applied iterations and
-reads), for tests that check the SSP bound against the shards.
+``simulate(scenario)`` returns the engine's log too (gate openings, the PS's applied iterations and
+reads, and with ``record_messages`` every worker's stretches of processing, ``log.busy``), for tests that
+check the SSP bound against the shards and for timelines (docs/flexrr.md's idle breakdown).
 """
 
 from __future__ import annotations

@@ -59,6 +59,9 @@ class EngineLog:
     messages: list[tuple] = field(default_factory=list)  # kind, src, dst, sent, arrived, it, start, end
     wasted: list[tuple] = field(default_factory=list)  # worker, items, time
     gate_opens: list[tuple] = field(default_factory=list)  # worker, iteration, time, min_completed
+    # worker, start, end, kind ("own" / "help" / "spec"), owner, iteration, items: every stretch of
+    # processing, when ``record_messages`` is on (for timelines: a worker is idle outside these)
+    busy: list[tuple] = field(default_factory=list)
     events: int = 0
     ps: PSLog | None = None  # the parameter server's log (None: no PS modelled)
 
@@ -163,6 +166,10 @@ class Engine:
     def _stop(self, w: int, t: float) -> None:
         slot = self.slots[w]
         items = slot.target - slot.seg_w0
+        if self.config.record_messages:
+            task = slot.machine.task()
+            assert task is not None  # a busy segment always has a task
+            self.log.busy.append((w, slot.seg_t0, t, task.kind, task.owner, task.iteration, items))
         slot.odo = slot.target
         slot.busy = False
         self._dispatch(w, t, slot.machine.advance(t, items))
