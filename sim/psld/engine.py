@@ -12,7 +12,8 @@ optimizer once per block). When all W pushes of a block are summed, the PS queue
 every worker. A worker starts its next forward when it has pulled every block.
 
 Timing samples for the scheduler: per (worker, block), the push's transfer time + the PS's service time
-for the block + the pull's transfer time (queueing behind other blocks on the same connection and waiting
+for the block (its CPU time for all W pushes of the block, plus the vanilla update) + the pull's
+transfer time (queueing behind other blocks on the same connection and waiting
 for the other workers' pushes are left out; this is what an RPC's send-to-ACK timer sees).
 
 Every placement decision comes from ``policies.psld`` through the ``controller``; this module only
@@ -148,6 +149,7 @@ class Engine:
         self.cpu_free = [0.0] * s_total
         self.agg_count = [0] * self.n_blocks
         self.agg_service = [0.0] * self.n_blocks
+        self.agg_cpu = [0.0] * self.n_blocks  # CPU seconds spent so far on the block's pushes
         self.push_tx = [[0.0] * self.n_blocks for _ in range(w_count)]
         self.block_bytes = [float(x) for x in sizes]
         # workers
@@ -260,9 +262,15 @@ class Engine:
             start = max(arrival, self.cpu_free[r])
             self.cpu_free[r] = start + cost
             self.agg_count[block] += 1
+            # the block's service is the PS's CPU time for all W pushes of it, not the last push's alone
+            # (paper §4.1: beta covers the PS's update time; a CPU straggler delays "aggregating
+            # gradients from workers", §6.1). This is the CPU analogue of the push's transfer time,
+            # which already shares the PS's ingress among the W pushes (incast), and it is what the
+            # real runtime's sample holds (pull completion waits for all W pushes to be summed).
+            self.agg_cpu[block] += cost
             if self.agg_count[block] == self.c.workers:
                 self.agg_count[block] = 0
-                service = cost
+                service, self.agg_cpu[block] = self.agg_cpu[block], 0.0
                 if self.c.mode == "vanilla":
                     update = nbytes / (self.c.update_bytes_per_core_s * self.cores[r])
                     self.cpu_free[r] += update
