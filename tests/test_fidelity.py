@@ -274,8 +274,13 @@ def test_gpu_suite_without_from_runs_the_experiment(tmp_path: Path, monkeypatch:
 
     def experiment(step: str, flag: str, work: str, *rest: str) -> None:
         calls.append((step, *rest))
-        folder = "real-las" if step == "run" else "compare-las"
-        shutil.copytree(GPU_RESULTS / "gavel-las-gpu" / folder, Path(work) / folder)
+        if step == "run":
+            policy = rest[rest.index("--policies") + 1]
+            Path(work).mkdir(parents=True, exist_ok=True)
+            (Path(work) / "policy").write_text(policy)
+        policy = (Path(work) / "policy").read_text()
+        folder = f"real-{policy}" if step == "run" else f"compare-{policy}"
+        shutil.copytree(GPU_RESULTS / f"gavel-{policy}-gpu" / folder, Path(work) / folder)
 
     def script(name: str, step: str, flag: str, work: str) -> None:
         calls.append((name, step))
@@ -286,11 +291,14 @@ def test_gpu_suite_without_from_runs_the_experiment(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(fidelity, "_experiment_module", script)
     out = tmp_path / "gpu"
     assert main(["validate", "--backend", "gpu", "--out", str(out), "--quiet"]) == 0
-    assert calls[:2] == [("run", "--policies", "las"), ("compare",)]
+    gavel = [("run", "--policies", "las"), ("compare",), ("run", "--policies", "ftf"), ("compare",)]
+    assert calls[:4] == gavel
     assert {("flexrr_gpu", "run"), ("pipedream_gpu", "run"), ("psld_gpu", "run")} <= set(calls)
     assert (out / "cases" / "gavel-las-gpu" / "work" / "real-las" / "summary.json").is_file()
     errors = [r["error"] for r in rows_of(out) if r["case"] == "gavel-las-gpu"]
     assert errors == pytest.approx([-0.350, -0.297, -0.044], abs=5e-4)
+    errors = [r["error"] for r in rows_of(out) if r["case"] == "gavel-ftf-gpu"]
+    assert errors == pytest.approx([-0.122, -0.244, 0.082], abs=5e-4)
 
 
 def test_a_prediction_case_compares_each_metric_with_its_predicted_twin(

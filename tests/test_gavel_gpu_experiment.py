@@ -1,0 +1,63 @@
+"""experiments/gavel_gpu_fidelity.py's compare step on committed GPU results: a finished run is compared
+with ``clustertwin compare``; one that stopped early is compared on the jobs it finished."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results" / "gpu-2026-11-26"
+SCRIPT = ROOT / "experiments" / "gavel_gpu_fidelity.py"
+
+
+def _compare(work: Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "compare", "--work", str(work)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((work / "results.json").read_text())
+
+
+def test_an_unfinished_run_is_compared_on_its_finished_jobs(tmp_path: Path) -> None:
+    work = tmp_path / "las"
+    shutil.copytree(RESULTS / "gavel-las-gpu-run2", work)
+    (work / "results.json").unlink()  # written again by the compare step
+    result = _compare(work)
+    assert result["results"] == {}
+    las = result["unfinished"]["las"]
+    real = pd.read_parquet(work / "real-las.partial" / "jobs.parquet")
+    finished = real.dropna(subset=["completion_s"])
+    assert (las["jobs_finished"], las["jobs"]) == (len(finished), len(real)) == (13, 14)
+    assert las["unfinished_steps_left"] == {"8": 10279}
+    jct = (finished["completion_s"] - finished["arrival_s"]).mean()
+    assert abs(las["avg_jct_finished_real_s"] - jct) < 1e-9
+    assert (
+        las["makespan_real_at_least_s"]
+        == pd.read_parquet(work / "real-las.partial" / "rounds.parquet")["end_s"].max()
+    )
+    # The simulation ran from the committed profile and trace: every job of the trace finishes there.
+    simulated = pd.read_parquet(work / "sim-las" / "jobs.parquet")
+    assert simulated["completion_s"].notna().all() and len(simulated) == 14
+    assert las["avg_jct_finished_error"] == las["avg_jct_finished_sim_s"] / jct - 1.0
+
+
+def test_a_finished_run_is_compared_with_its_own_policys_calibration(tmp_path: Path) -> None:
+    work = tmp_path / "ftf"
+    shutil.copytree(
+        RESULTS / "gavel-ftf-gpu", work, ignore=shutil.ignore_patterns("compare-*", "machine-a-*")
+    )
+    (work / "realised-rec.throughputs.csv").unlink()
+    result = _compare(work)
+    ftf = result["results"]["ftf"]
+    committed = json.loads((RESULTS / "gavel-ftf-gpu" / "compare-ftf" / "compare.json").read_text())
+    for key in ("avg_jct_error", "makespan_error", "utilisation_error", "jobs_compared"):
+        assert ftf[key] == committed[key], key  # the simulator is deterministic
