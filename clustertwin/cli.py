@@ -97,7 +97,11 @@ def _parser() -> argparse.ArgumentParser:
 
     reproduce = commands.add_parser("reproduce", help="check our numbers against a paper's claims")
     reproduce.add_argument("name", help="claim set name")
-    reproduce.add_argument("--quick", action="store_true", help="smaller runs for CI (one seed, fewer jobs)")
+    reproduce.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller runs for CI (fewer seeds or jobs; each claim set says which)",
+    )
     reproduce.add_argument("--out", type=Path, help="results folder (default: runs/reproduce-<name>[-quick])")
     reproduce.add_argument("--workers", type=int, help="parallel simulations (default: CPU count)")
     reproduce.set_defaults(handler=_reproduce)

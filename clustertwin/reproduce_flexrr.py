@@ -2,11 +2,23 @@
 
 Every claim is computed from seed-averaged time per iteration (the paper reports arithmetic means of
 >= 3 runs, §3.4.1) of scenario runs under ``scenarios/flexrr/``; all modes of one seed share the straggler
-realisation. Each finished run's metrics go to ``<out>/runs/<key>.json`` at once, so a rerun reuses
-them. Rows whose ``accept`` is ``None`` are reported only (no pass/fail): the paper gives a number for a
-setting we do not model (e.g. Cluster-A's natural jitter at 0% injected delay). Exit status 1 when any
-checked claim fails. Tolerances were set from the paper's wording before looking at our numbers; where we
-differ, docs/flexrr.md says why.
+realisation. Both modes average several seeds, so that a claim is the paper's statistic and not one
+run's: ``--quick`` uses seeds 0-2 (the paper's minimum), the full run seeds 0-4 (a tighter mean). One
+seed is not enough: Slow Worker 400% FlexRR/Ideal is 1.165 for seed 0 alone, 1.116 averaged over seeds
+0-9 (sigma ~0.022; docs/flexrr.md). Each finished run's metrics go to ``<out>/runs/<key>.json`` at once,
+so a rerun reuses them. Rows whose ``accept`` is ``None`` are reported only (no pass/fail): the paper
+gives a number for a setting we do not model (e.g. Cluster-A's natural jitter at 0% injected delay).
+
+Which rows decide the exit status (``Row.gate``): exactly the claims the project's issue lists. Slow
+Worker 0-400% (BSP about linear in the delay, SSP absorbs 50%, FlexRR within 15% of Ideal at every
+level, the fraction of work reassigned), Power-Law alpha = 11's ordering (FlexRR's gain over BSP exceeds
+SSP's and BSP RR's), Disrupted Machine's FlexRR "up to 63%" better than BSP, and the helper-group
+sensitivity (near-Ideal from 3, negligible spread over 3-16, 0 = SSP). Every other paper claim
+(per-mode Power-Law magnitudes, Disrupted Machine's SSP / BSP RR magnitudes and FlexRR/Ideal, SSP and
+BSP RR at Slow Worker 400%, the uneven workload) is checked and printed beside them, marked "(not
+gating)", with its reason in docs/flexrr.md, but does not decide the exit status. Exit status 1 when any
+gating claim fails. Tolerances were set from the paper's wording before looking at our numbers; where
+we differ, docs/flexrr.md says why.
 """
 
 from __future__ import annotations
@@ -130,6 +142,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                 "large",
                 ssp400,
                 (1.5, float("inf")),
+                gate=False,
             )
         )
         for d in SLOW_DELAYS:
@@ -152,6 +165,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                 "> 1 (10x on Cluster-B)",
                 mean(slow[(4.0, "bsp_rr")]) / mean(slow[(4.0, "flexrr")]),
                 (1.0, float("inf")),
+                gate=False,
             )
         )
         out.append(
@@ -188,6 +202,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                     g[m],
                     (paper - 15.0, paper + 15.0),
                     "{:.1f}%",
+                    gate=False,
                 )
             )
         out.append(
@@ -213,6 +228,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                     best[m],
                     (paper - 15.0, paper + 15.0),
                     "{:.1f}%",
+                    gate=m == "flexrr",  # the issue lists FlexRR's "up to 63%"; SSP's and BSP RR's are not
                 )
             )
         # §3.4.4's words for SSP and BSP RR are "reduce the delay experienced by BSP": reported in that
@@ -233,6 +249,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                     ),
                     None,
                     "{:.1f}%",
+                    gate=False,
                 )
             )
         out.append(
@@ -244,6 +261,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                 mean(disrupt[(4.0, "flexrr")], "vs_ideal"),
                 (1.0, 1.15),
                 "{:.3f}",
+                gate=False,
             )
         )
         # --- Helper group size (Fig. 3.12a) ---
@@ -307,6 +325,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                 100 * (mean(uneven["ssp"]) / mean(even["ssp"]) - 1),
                 (40.0, 65.0),
                 "{:.1f}%",
+                gate=False,
             )
         )
         out.append(
@@ -318,6 +337,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                 mean(uneven["flexrr"]) / mean(even["flexrr"]),
                 (1.0, 1.15),
                 "{:.3f}",
+                gate=False,
             )
         )
         out.append(
@@ -329,6 +349,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                 mean(alternate) / mean(even["flexrr"]),
                 None,
                 "{:.3f}",
+                gate=False,
             )
         )
         # --- Alibaba trace (no paper number) ---
@@ -342,6 +363,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                     gain(trace["bsp"], trace[m]),
                     None,
                     "{:.1f}%",
+                    gate=False,
                 )
             )
         out.append(
@@ -353,6 +375,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[Row]]:
                 mean(trace["flexrr"], "vs_ideal"),
                 None,
                 "{:.3f}",
+                gate=False,
             )
         )
         return out
@@ -369,8 +392,10 @@ def _r_squared(xs: list[float], ys: list[float]) -> float:
 
 
 def reproduce(quick: bool, out: Path, workers: int | None = None) -> int:
-    """Run (or reuse) every run the claims need, print the table, return 0 if all checked claims hold."""
-    plan = _Plan([0] if quick else [0, 1, 2])
+    """Run (or reuse) every run the claims need, print the table, return 0 if all gating claims hold."""
+    # quick: the paper's minimum of three runs (§3.4.1); full: five, for a tighter mean. One seed is not the
+    # paper's statistic (Slow Worker 400% FlexRR/Ideal: 1.165 for seed 0, mean 1.116 over seeds 0-9)
+    plan = _Plan([0, 1, 2] if quick else [0, 1, 2, 3, 4])
     make_rows = _claims(plan)
     return run_claims("flexrr", quick, out, plan.seeds, plan.specs, simulate, make_rows, workers)
 
