@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from runtime.control import POLL_S, ControlPlane
+from runtime.training_env import training_env
 
 RETIRE_S = 30.0  # how long a process told to stop may take to save and exit before it is killed
 
@@ -56,7 +57,7 @@ class Worker:
 
     def _start(self, job: dict[str, Any]) -> subprocess.Popen:
         opts = self.opts
-        env = {**os.environ, "OMP_NUM_THREADS": str(opts.threads)}
+        env = training_env(os.environ, threads=opts.threads)
         if opts.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(opts.cuda_devices[s]) for s in job["slots"])
         address = f"{self.control.host}:{self.control.port}"

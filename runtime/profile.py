@@ -64,6 +64,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from runtime.training_env import training_env
 from scenarios.errors import InputError
 from scenarios.gavel_workload import load_table, trace_jobs
 from scenarios.load import load_scenario
@@ -341,7 +342,7 @@ def _start_background(scenario: Scenario, worker_type: str, job_type: str, workd
         "--ready", str(ready),
         "--parent", str(os.getpid()),
     ]  # fmt: skip
-    env = {**_job_env(), "OMP_NUM_THREADS": str(real.threads_per_cpu_worker)}
+    env = training_env(_job_env(), threads=real.threads_per_cpu_worker)
     with log.open("w") as stderr:
         process = subprocess.Popen(
             command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
@@ -548,10 +549,9 @@ def run_job_lease(
 
 
 def _job_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    """A job process's environment, as a worker agent gives it (``runtime.training_env``)."""
+    path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
+    return training_env({**os.environ, "PYTHONPATH": path})
 
 
 # ------------------------------------------------------------------------------------------ output
