@@ -7,6 +7,17 @@ before our numbers were looked at: an ordering claim ("PSLD > strawman > baselin
 above 1; a stated range ("beats the straggling baseline by 39%-286%") is checked as that range; an
 "up to X" value over configurations the text does not list is reported, not checked. Rows with
 ``accept=None`` are reported only. docs/psld.md explains every difference.
+
+Which rows decide the exit status (``Row.gate``): exactly the claims the project's issue lists. The
+default assignments' shape (Tables 1-2: ResNet-101's size in our catalogue, TensorFlow's and MXNet's
+key-hash default imbalanced, worst at 3 and 6 PSs), Fig. 11's ordering PSLD > strawman > baseline for
+AlexNet, ResNet-50 and VGG-16 with VGG-16 gaining most, the speedup growing with 2 and 4 stragglers
+(Figs. 12-14), Fig. 18's recovery (with exploration PSLD detects it; without it, it does not and keeps
+the recovered PSs empty) and Fig. 19a's epsilon sensitivity (epsilon > 0.1 hurts). Every other paper
+claim (Fig. 11's gain magnitudes, Figs. 12-13 "PSLD stays steady", Fig. 14's PSLD / strawman, Fig. 18's
+PSLD / strawman after recovery, Fig. 17's scale-out, Fig. 20's pause) is checked and printed beside them,
+marked "(not gating)", with its reason in docs/psld.md, but does not decide the exit status. Exit status
+1 when any gating claim fails.
 """
 
 from __future__ import annotations
@@ -256,6 +267,7 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
                     gains[m],
                     (39.0, 286.0),
                     "{:.0f}%",
+                    gate=False,  # a magnitude: the issue lists the ordering and VGG-16 gaining most
                 )
             )
             out.append(
@@ -330,6 +342,7 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
                     straw4,
                     (1.0, INF),
                     "{:.2f}x",
+                    gate=False,
                 )
             )
         for label, table, levels, paper_worst in (
@@ -346,6 +359,7 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
                     "~1",
                     psld_rates[-1] / psld_rates[0],
                     (0.8, INF),
+                    gate=False,
                 )
             )
             worst = max(mean(table[(v, "psld")]) / mean(table[(v, "mxnet")]) for v in levels)
@@ -427,6 +441,7 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
                 rec["psld"]["after"] / rec["strawman"]["after"],
                 (1.0, INF),
                 "{:.2f}x",
+                gate=False,
             )
         )
         # --- Fig. 19a: epsilon ---
@@ -467,6 +482,7 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
                 mean(scale["true"], "scale_outs"),
                 (1.0, INF),
                 "{:.1f}",
+                gate=False,
             )
         )
         out.append(
@@ -491,6 +507,7 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
                 worst,
                 (0.0, 2.0),
                 "{:.2f}",
+                gate=False,
             )
         )
         return out
@@ -504,7 +521,7 @@ def _vgg(model: str) -> tuple[str, ...]:
 
 
 def reproduce(quick: bool, out: Path, workers: int | None = None) -> int:
-    """Run (or reuse) every run the claims need, print the table, return 0 if all checked claims hold."""
+    """Run (or reuse) every run the claims need, print the table, return 0 if all gating claims hold."""
     plan = _Plan([0] if quick else [0, 1, 2])
     make_rows = _claims(plan, quick)
     return run_claims(

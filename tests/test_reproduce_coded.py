@@ -70,5 +70,5 @@ def test_only_gating_rows_decide_the_exit_status(tmp_path: Path, capsys, rows: l
 
 
 def test_row_gates_by_default() -> None:
-    # reproduce_psld and reproduce_pipedream build rows without `gate`: every checked row still decides
+    # a row built without `gate` (reproduce_pipedream's) still decides the exit status
     assert _row("a", 0.5).gate is True and Row("a", "c", "s", "p", 1.0, None).gate is True
