@@ -206,16 +206,10 @@ def _scenario(tmp_path: Path, body: str, name: str = "s.yaml") -> Path:
     return path
 
 
-def test_eviction_preempts_the_job_and_loses_the_progress_since_its_checkpoint(tmp_path: Path) -> None:
-    # One spot V100; the price jumps above the on-demand bid 800 s in (mid-round 3, [720, 1080)), so the
-    # worker is terminated at 920 s; the price is back at 3000 s and the worker returns 180 s later.
-    prices = _prices(
-        tmp_path,
-        [("2020-02-20T00:00:00Z", 1.0), ("2020-02-20T00:13:20Z", 5.0), ("2020-02-20T00:50:00Z", 1.0)],
-    )
+def _one_spot_v100(tmp_path: Path, prices: Path, start: str, extra: str = "") -> Path:
     trace = tmp_path / "jobs.trace"
     trace.write_text(TRACE_LINE.format(steps=200000, arrival=0))
-    path = _scenario(
+    return _scenario(
         tmp_path,
         f"""\
 cluster: {{gpus: {{v100: 1}}, gpus_per_server: 1}}
@@ -223,11 +217,20 @@ workload: {{trace: {trace}}}
 policy: {{name: max_sum_throughput}}
 market:
   trace: {prices}
-  start: "2020-02-20T00:00:00Z"
+  start: "{start}"{extra}
   types: {{v100: {{instance_type: p3.2xlarge, zone: us-east-1b, spot: 1}}}}
 """,
     )
-    result = run_scenario(load_scenario(path))
+
+
+def test_eviction_preempts_the_job_and_loses_the_progress_since_its_checkpoint(tmp_path: Path) -> None:
+    # One spot V100; the price jumps above the on-demand bid 800 s in (mid-round 3, [720, 1080)), so the
+    # worker is terminated at 920 s; the price is back at 3000 s and the worker returns 180 s later.
+    prices = _prices(
+        tmp_path,
+        [("2020-02-20T00:00:00Z", 1.0), ("2020-02-20T00:13:20Z", 5.0), ("2020-02-20T00:50:00Z", 1.0)],
+    )
+    result = run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
     check_tables(result)
     pre, ev, rounds = result.tables["preemptions"], result.tables["evictions"], result.tables["rounds"]
     assert len(ev) == 1 and ev["warned_s"].iloc[0] == 800.0 and ev["terminated_s"].iloc[0] == 920.0
@@ -321,23 +324,6 @@ def test_cli_run_of_a_spot_fleet_reports_the_billed_cost(tmp_path) -> None:
 
 
 # --- bad traces (issue 6) through a Gavel `market:` section ---------------------------------------------
-
-
-def _one_spot_v100(tmp_path: Path, prices: Path, start: str, extra: str = "") -> Path:
-    trace = tmp_path / "jobs.trace"
-    trace.write_text(TRACE_LINE.format(steps=200000, arrival=0))
-    return _scenario(
-        tmp_path,
-        f"""\
-cluster: {{gpus: {{v100: 1}}, gpus_per_server: 1}}
-workload: {{trace: {trace}}}
-policy: {{name: max_sum_throughput}}
-market:
-  trace: {prices}
-  start: "{start}"{extra}
-  types: {{v100: {{instance_type: p3.2xlarge, zone: us-east-1b, spot: 1}}}}
-""",
-    )
 
 
 def test_the_replay_never_extends_the_last_price_past_max_stale(tmp_path: Path) -> None:

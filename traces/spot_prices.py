@@ -389,9 +389,9 @@ def _frame(rows: list[tuple], path: Path, wheres: list[tuple[str, str]]) -> pd.D
     regions = frame.groupby(["instance_type", "zone"], sort=True)["region"].nunique()
     if (regions > 1).any():
         itype, zone = regions[regions > 1].index[0]
-        rows_ = frame[(frame["instance_type"] == itype) & (frame["zone"] == zone)]
-        first = rows_.iloc[0]
-        other = rows_[rows_["region"] != first["region"]].iloc[0]
+        first, other = _first_disagreement(
+            frame[(frame["instance_type"] == itype) & (frame["zone"] == zone)], "region"
+        )
         raise InputError(
             f"{other['_where']}: column region",
             f"market {itype} in {zone} is in region {other['region']} here but {first['region']} at "
@@ -406,11 +406,8 @@ def _frame(rows: list[tuple], path: Path, wheres: list[tuple[str, str]]) -> pd.D
         clash = frame[dup].groupby(key, sort=False)["price"].nunique()
         if (clash > 1).any():
             stamp, zone, itype = clash[clash > 1].index[0]
-            same = frame[
-                (frame["timestamp"] == stamp) & (frame["zone"] == zone) & (frame["instance_type"] == itype)
-            ]
-            a = same.iloc[0]
-            b = same[same["price"] != a["price"]].iloc[0]
+            at = (frame["timestamp"] == stamp) & (frame["zone"] == zone) & (frame["instance_type"] == itype)
+            a, b = _first_disagreement(frame[at], "price")
             raise InputError(
                 f"{b['_where']}: column price",
                 f"{itype} in {zone} at {stamp.isoformat()} costs {b['price']!r} here but {a['price']!r} at "
@@ -432,6 +429,13 @@ def _frame(rows: list[tuple], path: Path, wheres: list[tuple[str, str]]) -> pd.D
 
 # Bundled real prices: us-east-1 p2/p3, 2019-12-22..2020-03-23 (stanford-futuredata/training_on_a_dime
 # @ 85f6595, MIT); provenance in traces/data/spot/README.md.
+def _first_disagreement(rows: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series]:
+    """The first of ``rows`` and the first later row whose ``column`` differs from it (the two lines an
+    error about a market names)."""
+    first = rows.iloc[0]
+    return first, rows[rows[column] != first[column]].iloc[0]
+
+
 SPOT_DIR = Path(__file__).resolve().parent / "data" / "spot"
 BUNDLED_SPOT_TRACES = {"aws-p2-p3-us-east-1-2020": SPOT_DIR / "aws_p2_p3_us-east-1_2019-12_2020-03.csv"}
 
