@@ -25,7 +25,7 @@ from matplotlib.ticker import ScalarFormatter
 from rich.table import Table
 
 from analysis.atomic import write_atomically
-from analysis.output import read_run
+from analysis.output import SUMMARY, read_run
 from scenarios.errors import InputError
 
 # The jobs columns a comparison reads; the rest of the table contract is not needed here.
@@ -167,11 +167,17 @@ def compare_runs(sim_dir: Path, real_dir: Path) -> Comparison:
 
 
 def _read(run_dir: Path) -> tuple[dict, pd.DataFrame]:
-    """The summary and the jobs table of a run folder, checked for what a comparison needs."""
+    """The summary and the jobs table of a run folder, checked for what a comparison needs.
+
+    A real run that stopped early leaves its tables, written round by round, without a summary
+    (``<out>.partial/``): its finished jobs compare, and its run-level metrics are unknown (NaN)."""
     if not run_dir.is_dir():
         raise InputError(str(run_dir), "no such folder")
-    summary, result = read_run(run_dir)
-    jobs = result.tables.get("jobs")
+    if not (run_dir / SUMMARY).is_file() and (run_dir / "jobs.parquet").is_file():
+        summary, jobs = {}, pd.read_parquet(run_dir / "jobs.parquet")
+    else:
+        summary, result = read_run(run_dir)
+        jobs = result.tables.get("jobs")
     if jobs is None:
         raise InputError(str(run_dir), "not a Gavel run folder (no jobs.parquet)")
     missing = [column for column in _JOB_COLUMNS if column not in jobs.columns]
