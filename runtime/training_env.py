@@ -11,6 +11,15 @@ know. With the thresholds raised, the buffers stay in the heap and a warm step f
 faults a step), and the step time no longer depends on page-fault cost. The values are glibc's
 documented environment tunables (``mallopt``); where the caller has set one, its value wins. Other C
 libraries ignore them.
+
+Subnormals. A unit that stops receiving gradient (a ReLU that no longer fires) leaves its SGD momentum
+decaying by 0.9 a step, into the subnormal range: the Recommendation stand-in has none before step ~1,000
+and 8% of its momentum elements subnormal from step ~3,000 on (``experiments/subnormal_rate.py``). Many
+x86 cores take a microcode assist on every subnormal result, so such a job slows down as it trains: its
+throughput would depend on its progress, which neither Gavel's throughput table (a function of job and
+worker type) nor a profile of its first few hundred steps can know. :func:`flush_subnormals` sets the
+thread's flush-to-zero and denormals-are-zero modes, as CPU training commonly does; every training
+process calls it before its first operation (``runtime.lease.Trainer``).
 """
 
 from __future__ import annotations
@@ -23,6 +32,13 @@ HEAP_TUNABLES = {
     "MALLOC_TRIM_THRESHOLD_": str(256 * _MIB),  # up to 256 MiB of free heap stays with the process
     "MALLOC_TOP_PAD_": str(64 * _MIB),  # the heap grows 64 MiB at a time
 }
+
+
+def flush_subnormals() -> None:
+    """Treat subnormal floats as zero in this thread and the threads it starts from now on (x86 FTZ/DAZ)."""
+    import torch
+
+    torch.set_flush_denormal(True)
 
 
 def training_env(base: Mapping[str, str], threads: int | None = None) -> dict[str, str]:
