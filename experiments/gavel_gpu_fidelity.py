@@ -2,7 +2,7 @@
 
     python3 experiments/gavel_gpu_fidelity.py run --work DIR --policies las [ftf] [--target-s 1000]
         [--isolated-profile]
-    python3 experiments/gavel_gpu_fidelity.py compare --work DIR
+    python3 experiments/gavel_gpu_fidelity.py compare --work DIR [--realised]
 
 ``run`` (on the GPU machine):
 
@@ -26,7 +26,10 @@
 ``compare`` (anywhere, e.g. after fetching DIR from the GPU machine): simulate every real run from the
 same scenario, trace and profile, and compare (``clustertwin compare``); a run that stopped early
 (``real-<policy>.partial/``) is compared on the jobs it finished. ``results.json`` in DIR holds the
-headline figures.
+headline figures. ``--realised`` adds a diagnosis that separates the profile's error from the
+simulator's: each run is also simulated from ``realised-<policy>.throughputs.csv``, the profile with every
+(job type, worker type) pair that had renewed rounds in the run set to the rate it reached in them
+(:func:`realised_throughputs`), into ``compare-<policy>-realised/`` and ``results.json``'s ``realised``.
 """
 
 from __future__ import annotations
@@ -190,25 +193,58 @@ def compare(args: argparse.Namespace) -> int:
     work = args.work.resolve()
     results = json.loads((work / "plan.json").read_text())
     results["results"], results["unfinished"] = {}, {}
+    if args.realised:
+        results["realised"] = {}
     for real in sorted(p for p in work.glob("real-*") if p.is_dir()):
         finished = (real / "summary.json").is_file()
         if not finished and not (real / "jobs.parquet").is_file():
             continue
         policy = real.name.removeprefix("real-").removesuffix(".partial")
-        sim = work / f"sim-{policy}"
         sets = calibrated(work, policy) + policy_overrides(policy)
-        check(clustertwin("run", str(SCENARIO), "--backend", "sim", "--out", str(sim), "--quiet",
-                          *flags(sets)))  # fmt: skip
-        out = work / f"compare-{policy}"
-        check(clustertwin("compare", str(sim), str(real), "--out", str(out)))
-        figures = json.loads((out / "compare.json").read_text())
+        figures = simulate_and_compare(work, real, policy, sets)
         if finished:
             results["results"][policy] = figures
         else:
             results["unfinished"][policy] = figures | unfinished(real)
+        if args.realised:
+            table = work / f"realised-{policy}.throughputs.csv"
+            realised_throughputs(real, profile_csv(work, policy), table)
+            sets = [f"throughputs={table}", *sets[1:]]  # calibrated() names the throughputs first
+            results["realised"][policy] = simulate_and_compare(work, real, policy, sets, "-realised")
     (work / "results.json").write_text(json.dumps(results, indent=2))
-    print(json.dumps({k: results[k] for k in ("results", "unfinished")}, indent=2))
+    print(
+        json.dumps({k: v for k, v in results.items() if k in ("results", "unfinished", "realised")}, indent=2)
+    )
     return 0
+
+
+def simulate_and_compare(work: Path, real: Path, policy: str, sets: list[str], suffix: str = "") -> dict:
+    """Simulate ``real``'s scenario under ``sets`` into ``sim-<policy><suffix>/`` and compare the two
+    (``compare-<policy><suffix>/``); returns ``compare.json``."""
+    sim = work / f"sim-{policy}{suffix}"
+    check(clustertwin("run", str(SCENARIO), "--backend", "sim", "--out", str(sim), "--quiet",
+                      *flags(sets)))  # fmt: skip
+    out = work / f"compare-{policy}{suffix}"
+    check(clustertwin("compare", str(sim), str(real), "--out", str(out)))
+    return json.loads((out / "compare.json").read_text())
+
+
+def realised_throughputs(real: Path, profile: Path, out: Path) -> None:
+    """Write ``profile`` with each (job type, scale factor, worker type) that had renewed rounds in the
+    real run ``real`` set to the steps/s it reached in them. A renewed round pays no restart, so its
+    steps over its length is the steady rate under that round's load."""
+    import pandas as pd
+
+    jobs = pd.read_parquet(real / "jobs.parquet")[["job_id", "job_type", "scale_factor"]]
+    rounds = pd.read_parquet(real / "rounds.parquet").merge(jobs, on="job_id")
+    renewed = rounds[rounds["renewed"]].assign(seconds=lambda r: r["end_s"] - r["start_s"])
+    keys = ["job_type", "scale_factor", "worker_type"]
+    reached = renewed.groupby(keys)[["steps", "seconds"]].sum()
+    table = pd.read_csv(profile)
+    rates = (reached["steps"] / reached["seconds"]).rename("reached")
+    table = table.merge(rates.reset_index(), on=keys, how="left")
+    table["throughput"] = table["reached"].fillna(table["throughput"]).round(3)
+    table.drop(columns="reached").to_csv(out, index=False)
 
 
 def unfinished(partial: Path) -> dict[str, object]:
@@ -251,6 +287,11 @@ def main() -> int:
     )
     versus = commands.add_parser("compare", help="simulate the finished real runs and compare")
     versus.add_argument("--work", type=Path, required=True)
+    versus.add_argument(
+        "--realised",
+        action="store_true",
+        help="also simulate each run calibrated by the rates it reached (a diagnosis of the profile)",
+    )
     args = parser.parse_args()
     if args.command == "run" and len(args.policies) > 2:
         parser.error("at most two policies run at once")

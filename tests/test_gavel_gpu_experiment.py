@@ -17,9 +17,9 @@ RESULTS = ROOT / "docs" / "results" / "gpu-2026-11-26"
 SCRIPT = ROOT / "experiments" / "gavel_gpu_fidelity.py"
 
 
-def _compare(work: Path) -> dict:
+def _compare(work: Path, *options: str) -> dict:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "compare", "--work", str(work)],
+        [sys.executable, str(SCRIPT), "compare", "--work", str(work), *options],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -63,3 +63,29 @@ def test_a_finished_run_is_compared_with_its_own_policys_calibration(tmp_path: P
     committed = json.loads((RESULTS / "gavel-ftf-gpu" / "compare-ftf" / "compare.json").read_text())
     for key in ("avg_jct_error", "makespan_error", "utilisation_error", "jobs_compared"):
         assert ftf[key] == committed[key], key  # the simulator is deterministic
+
+
+def test_realised_calibration_takes_each_pairs_rate_from_its_renewed_rounds(tmp_path: Path) -> None:
+    work = tmp_path / "las"
+    made = shutil.ignore_patterns("compare-*", "realised-*", "results.json")
+    shutil.copytree(RESULTS / "gavel-las-gpu", work, ignore=made)
+    result = _compare(work, "--realised")
+    jobs = pd.read_parquet(work / "real-las" / "jobs.parquet")[["job_id", "job_type"]]
+    rounds = pd.read_parquet(work / "real-las" / "rounds.parquet").merge(jobs, on="job_id")
+    renewed = rounds[rounds["renewed"]]
+    profile = pd.read_csv(work / "profile.throughputs.csv").set_index(["job_type", "worker_type"])
+    realised = pd.read_csv(work / "realised-las.throughputs.csv").set_index(["job_type", "worker_type"])
+    assert realised.index.equals(profile.index)
+    for key in profile.index:
+        mine = renewed[(renewed["job_type"] == key[0]) & (renewed["worker_type"] == key[1])]
+        if mine.empty:  # never renewed there: the profile stands
+            assert realised.loc[key, "throughput"] == pytest.approx(profile.loc[key, "throughput"], abs=1e-3)
+        else:
+            rate = mine["steps"].sum() / (mine["end_s"] - mine["start_s"]).sum()
+            assert realised.loc[key, "throughput"] == pytest.approx(rate, abs=1e-3)
+    rec = ("Recommendation (batch size 512)", "cpu")
+    assert realised.loc[rec, "throughput"] > 1.2 * profile.loc[rec, "throughput"]  # what the diagnosis is for
+    # Both calibrations are compared against the same real run, and they differ.
+    assert result["realised"]["las"]["avg_jct_real_s"] == result["results"]["las"]["avg_jct_real_s"]
+    assert result["realised"]["las"]["avg_jct_sim_s"] != result["results"]["las"]["avg_jct_sim_s"]
+    assert (work / "compare-las-realised" / "per_job.csv").is_file()
