@@ -5,8 +5,8 @@
 Trains one job on the CPU (one thread, as a ``cpu`` worker does) from scratch and prints, every
 ``--every`` steps, the throughput of those steps and how many SGD momentum elements are subnormal.
 By default the process flushes subnormals to zero as every training process does
-(``runtime.training_env.flush_subnormals``); ``--keep-subnormals`` turns that off again, to measure
-what the flush is for. Run both side by side on one machine (each on its own core) and compare.
+(``runtime.training_env.flush_subnormals``); ``--keep-subnormals`` leaves them, to measure what the
+flush is for. Run both side by side on one machine (each on its own core) and compare.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from runtime.lease import Lease, Trainer
+from runtime.training_env import flush_subnormals
 from runtime.workloads import workload_for
 
 
@@ -39,10 +40,10 @@ def main() -> int:
     parser.add_argument("--keep-subnormals", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if not args.keep_subnormals:
+        flush_subnormals()
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(workload_for(args.job_type), Path(tmp) / "never-saved.pt", args.steps)
-        if args.keep_subnormals:
-            torch.set_flush_denormal(False)
         mode = "kept" if args.keep_subnormals else "flushed"
         while not trainer.finished:
             report = trainer.train(Lease(args.every, float("inf")))

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from runtime.control import POLL_S, ControlPlane
 from runtime.lease import Lease, LeaseReport, Trainer
+from runtime.training_env import flush_subnormals
 from runtime.workloads import workload_for
 
 
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.control and not args.key:
         parser.error("--control needs --key")
 
+    flush_subnormals()  # before the first operation: a step's cost must not grow as training goes on
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if args.device == "cuda" else torch.device("cpu")

@@ -22,7 +22,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runtime.training_env import flush_subnormals
 from runtime.workloads import Workload
 
 
@@ -101,9 +100,7 @@ class Trainer:
         slowdown: float = 1.0,
     ) -> None:
         """Load the checkpoint (or start the job); ``slowdown`` > 1 emulates a slower accelerator type:
-        after each step the job sleeps (slowdown − 1) times that step's compute time. Subnormals are
-        flushed to zero (``runtime.training_env``) so that a step's cost does not grow as training goes on."""
-        flush_subnormals()
+        after each step the job sleeps (slowdown − 1) times that step's compute time."""
         self.workload, self.checkpoint, self.total_steps = workload, checkpoint, total_steps
         self.seed, self.device, self.slowdown = seed, torch.device(device), slowdown
         self.distributed = dist.is_available() and dist.is_initialized()

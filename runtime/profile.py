@@ -404,9 +404,11 @@ def background_main(argv: Sequence[str] | None = None) -> int:
 
     from runtime.agent import die_with_parent
     from runtime.lease import Lease, Trainer
+    from runtime.training_env import flush_subnormals
     from runtime.workloads import workload_for
 
     die_with_parent()
+    flush_subnormals()  # as every job process does (runtime.job_main)
     if os.getppid() != args.parent:  # the profiler died before the death signal was armed
         return 1
     checkpoint = args.ready.with_name("never-saved.pt")

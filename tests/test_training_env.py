@@ -75,3 +75,23 @@ def test_agents_and_the_profiler_start_jobs_with_it(monkeypatch: pytest.MonkeyPa
     assert env["OMP_NUM_THREADS"] == "2"
     for environment in (env, profile._job_env()):
         assert {k: environment[k] for k in HEAP_TUNABLES} == HEAP_TUNABLES
+
+
+SMALLEST_SUBNORMAL = 5e-324
+
+
+def test_a_training_process_flushes_subnormals_and_a_trainer_leaves_its_caller_alone(tmp_path: Path) -> None:
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("flush-to-zero is an x86 mode here")
+    from runtime.lease import Lease, Trainer
+    from runtime.workloads import workload_for
+
+    # In-process (tests, tools): building and training a Trainer must not switch the caller to
+    # flush-to-zero, which would break every later subnormal computation (hypothesis refuses to run).
+    trainer = Trainer(workload_for("Recommendation (batch size 512)"), tmp_path / "c.pt", 10)
+    trainer.train(Lease(2, 1e9))
+    assert SMALLEST_SUBNORMAL * 1.0 > 0.0
+    # A job process flushes before its first operation, so subnormal results become zero there.
+    code = "from runtime.training_env import flush_subnormals; flush_subnormals(); print(5e-324 * 1.0)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert float(out.stdout) == 0.0
