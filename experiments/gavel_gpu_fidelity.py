@@ -12,7 +12,7 @@
    trains a background job, as in the real run's steady state, where the co-located CPU workers share
    the socket's memory bandwidth and cache. Measured alone (``--isolated-profile``), Recommendation on
    ``cpu`` ran 2.5x faster than in the real run and the calibrated simulator under-predicted the
-   makespan by 30%.
+   makespan by 30% (a 1.9x of that was its subnormal momentum, since flushed: ``runtime.training_env``).
 2. Size the trace: each job's steps are its base duration on a `cpu` worker times a common scale, chosen
    (by bisection on the *simulator*, calibrated by the profile) so that the first policy takes about
    ``--target-s`` seconds.

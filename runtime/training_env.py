@@ -14,7 +14,7 @@ libraries ignore them.
 
 Subnormals. A unit that stops receiving gradient (a ReLU that no longer fires) leaves its SGD momentum
 decaying by 0.9 a step, into the subnormal range: the Recommendation stand-in has none before step ~1,000
-and 8% of its momentum elements subnormal from step ~3,000 on (``experiments/subnormal_rate.py``). Many
+and 8% of its momentum elements subnormal from step ~2,500 on (``experiments/subnormal_rate.py``). Many
 x86 cores take a microcode assist on every subnormal result, so such a job slows down as it trains: its
 throughput would depend on its progress, which neither Gavel's throughput table (a function of job and
 worker type) nor a profile of its first few hundred steps can know. :func:`flush_subnormals` sets the
