@@ -31,10 +31,10 @@ Two modes (``mode``):
   on one host share the socket's memory bandwidth and last-level cache, which an isolated profile never
   sees: on a 16-core H100 host with 8 single-thread CPU workers and a GPU job training at once, realised
   throughputs were 0.40x (Recommendation on ``cpu``) to 0.98x of isolated ones, and a simulator
-  calibrated by the isolated profile under-predicted the makespan by 30%. (About half of
-  Recommendation's 0.40x was later traced to its subnormal momentum, which job processes now flush:
-  ``runtime.training_env``.) While a pair is measured (its
-  warm-up and its measured lease alike, so that :func:`steady_step_s`'s difference sees one load), every
+  calibrated by the isolated profile under-predicted the makespan by 30%. (Most of Recommendation's
+  0.40x, a factor 1.9, was later traced to its subnormal momentum, which job processes now flush:
+  ``runtime.training_env``.) While a pair is measured (its warm-up and its measured lease alike, so
+  that :func:`steady_step_s`'s difference sees one load), every
   other CPU worker slot of the cluster (``cluster.gpus[type]`` slots of each worker type whose device is
   ``cpu``, less the ``scale_factor`` slots the measured job takes when it runs on a CPU type) runs a
   background training process (:func:`background_slots`). What they train is a *mix*: the scenario's
