@@ -28,8 +28,10 @@ same scenario, trace and profile, and compare (``clustertwin compare``); a run t
 (``real-<policy>.partial/``) is compared on the jobs it finished. ``results.json`` in DIR holds the
 headline figures. ``--realised`` adds a diagnosis that separates the profile's error from the
 simulator's: each run is also simulated from ``realised-<policy>.throughputs.csv``, the profile with every
-(job type, worker type) pair that had renewed rounds in the run set to the rate it reached in them
-(:func:`realised_throughputs`), into ``compare-<policy>-realised/`` and ``results.json``'s ``realised``.
+(job type, worker type) pair that trained in the run set to the rate it reached
+(:func:`realised_throughputs`), and the policy starting from the profile and learning each job's rates
+from its rounds, as the real scheduler does (``mechanism.planned_throughputs``), into
+``compare-<policy>-realised/`` and ``results.json``'s ``realised``.
 """
 
 from __future__ import annotations
@@ -209,7 +211,10 @@ def compare(args: argparse.Namespace) -> int:
         if args.realised:
             table = work / f"realised-{policy}.throughputs.csv"
             realised_throughputs(real, profile_csv(work, policy), table)
-            sets = [f"throughputs={table}", *sets[1:]]  # calibrated() names the throughputs first
+            # The jobs move at the realised rates; the policy starts from the profile, as the real
+            # scheduler did, and learns from the rounds.
+            planned = f"mechanism.planned_throughputs={profile_csv(work, policy)}"
+            sets = [f"throughputs={table}", planned, *sets[1:]]  # calibrated() names the throughputs first
             results["realised"][policy] = simulate_and_compare(work, real, policy, sets, "-realised")
     (work / "results.json").write_text(json.dumps(results, indent=2))
     print(
@@ -230,19 +235,25 @@ def simulate_and_compare(work: Path, real: Path, policy: str, sets: list[str], s
 
 
 def realised_throughputs(real: Path, profile: Path, out: Path) -> None:
-    """Write ``profile`` with each (job type, scale factor, worker type) that had renewed rounds in the
-    real run ``real`` set to the steps/s it reached in them. A renewed round pays no restart, so its
-    steps over its length is the steady rate under that round's load."""
+    """Write ``profile`` with each (job type, scale factor, worker type) that trained in the real run
+    ``real`` set to the steps/s it reached there. A renewed round pays no restart, so its steps over its
+    length is the steady rate under that round's load; a pair that only ever started afresh is taken
+    from its started rounds, less the restart time the run measured on that worker type
+    (``summary.json``'s ``round_overhead_s``; a run that stopped early has no summary, and its started
+    rounds then count whole)."""
     import pandas as pd
 
     jobs = pd.read_parquet(real / "jobs.parquet")[["job_id", "job_type", "scale_factor"]]
     rounds = pd.read_parquet(real / "rounds.parquet").merge(jobs, on="job_id")
-    renewed = rounds[rounds["renewed"]].assign(seconds=lambda r: r["end_s"] - r["start_s"])
+    summary = real / "summary.json"
+    restart = json.loads(summary.read_text())["run"]["round_overhead_s"] if summary.is_file() else {}
+    started = rounds["worker_type"].map(lambda t: restart.get(f"{t}/started", 0.0))
+    rounds["seconds"] = rounds["end_s"] - rounds["start_s"] - started.where(~rounds["renewed"], 0.0)
     keys = ["job_type", "scale_factor", "worker_type"]
-    reached = renewed.groupby(keys)[["steps", "seconds"]].sum()
-    table = pd.read_csv(profile)
-    rates = (reached["steps"] / reached["seconds"]).rename("reached")
-    table = table.merge(rates.reset_index(), on=keys, how="left")
+    renewed = rounds[rounds["renewed"]].groupby(keys)[["steps", "seconds"]].sum()
+    fresh = rounds[~rounds["renewed"] & (rounds["seconds"] > 0)].groupby(keys)[["steps", "seconds"]].sum()
+    rates = (renewed["steps"] / renewed["seconds"]).combine_first(fresh["steps"] / fresh["seconds"])
+    table = pd.read_csv(profile).merge(rates.rename("reached").reset_index(), on=keys, how="left")
     table["throughput"] = table["reached"].fillna(table["throughput"]).round(3)
     table.drop(columns="reached").to_csv(out, index=False)
 

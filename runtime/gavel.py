@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from policies.gavel.cluster import ClusterLayout
-from policies.gavel.scheduler import GavelScheduler, SchedulerConfig
+from policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, SchedulerConfig
 from policies.registry import make_policy
 from runtime.agent import die_with_parent
 from runtime.control import ControlPlane
@@ -40,7 +40,6 @@ from scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, jobs_
 from scenarios.results import GAVEL_TABLES, RunResult
 from scenarios.schema import Scenario
 
-THROUGHPUT_SMOOTHING = 0.5  # EMA weight of a new measurement (Gavel's artifact uses 0.5)
 AGENT_START_S = 120.0
 ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"])
 
@@ -270,10 +269,10 @@ class RealGavel:
                     del self.live[job_id]
                 job_end = start + float(outcome["elapsed_s"])
                 if report["seconds"] > 0 and report["end_step"] > report["start_step"]:
-                    self.scheduler.observe_throughput(job_id, j, report["throughput"], THROUGHPUT_SMOOTHING)
+                    self.scheduler.observe_throughput(job_id, j, report["throughput"], ONLINE_SMOOTHING)
                 if report["end_step"] < by_id[job_id].spec.total_steps:  # the lease ran its full time
                     spent = float(outcome["elapsed_s"]) - float(report["seconds"])
-                    self.overhead[(name, renew)] += THROUGHPUT_SMOOTHING * (
+                    self.overhead[(name, renew)] += ONLINE_SMOOTHING * (
                         max(spent, 0.0) - self.overhead[(name, renew)]
                     )
                     self.overhead_seen.setdefault((name, renew), []).append(spent)

@@ -25,10 +25,12 @@ class GavelJob:
     in_window: bool
 
 
-def load_table(scenario: Scenario) -> ThroughputTable:
-    if scenario.throughputs in ("simulation", "physical"):
-        return ThroughputTable.bundled(scenario.throughputs)
-    return ThroughputTable.load(scenario.throughputs)
+def load_table(scenario: Scenario, name: str | None = None) -> ThroughputTable:
+    """The scenario's throughput table, or the one named ``name`` (bundled or a path)."""
+    name = scenario.throughputs if name is None else name
+    if name in ("simulation", "physical"):
+        return ThroughputTable.bundled(name)
+    return ThroughputTable.load(name)
 
 
 def cluster_layout(scenario: Scenario, table: ThroughputTable) -> ClusterLayout:

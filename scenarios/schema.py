@@ -35,6 +35,7 @@ BUNDLED_THROUGHPUTS = ("simulation", "physical")
 PATH_FIELDS: dict[str, tuple[str, ...]] = {
     "throughputs": BUNDLED_THROUGHPUTS,
     "workload.trace": (),
+    "mechanism.planned_throughputs": BUNDLED_THROUGHPUTS,
     **MARKET_PATH_FIELDS,
 }
 
@@ -157,6 +158,14 @@ class Workload(_Strict):
         return self
 
 
+def _table_exists(value: str) -> str:
+    if value not in BUNDLED_THROUGHPUTS and not Path(value).is_file():
+        raise ValueError(
+            f"expected {' or '.join(BUNDLED_THROUGHPUTS)} or a throughput JSON file; not found: {value}"
+        )
+    return value
+
+
 class Policy(_Strict):
     """A registered policy and the keyword arguments of its factory (checked when it is built)."""
 
@@ -178,6 +187,15 @@ class Mechanism(_Strict):
     # Space sharing plans with pair throughputs estimated from profiling this fraction of each new job
     # type's pairings (§5.3.3); null: the policy knows the true pair throughputs (an oracle).
     estimate_colocation: Annotated[float, Field(gt=0, le=1)] | None = None
+    # The table the policy starts from when it differs from the truth (``throughputs``), e.g. a profile
+    # against the rates a real run reached. The policy then learns each job's throughput online from
+    # what its rounds measure, smoothed as the real backend does (§5.3.3); null: it knows the truth.
+    planned_throughputs: str | None = None
+
+    @field_validator("planned_throughputs")
+    @classmethod
+    def _planned_table_exists(cls, value: str | None) -> str | None:
+        return None if value is None else _table_exists(value)
 
 
 class RealWorker(_Strict):
@@ -262,8 +280,4 @@ class Scenario(ScenarioBase):
     @field_validator("throughputs")
     @classmethod
     def _table_exists(cls, value: str) -> str:
-        if value not in BUNDLED_THROUGHPUTS and not Path(value).is_file():
-            raise ValueError(
-                f"expected {' or '.join(BUNDLED_THROUGHPUTS)} or a throughput JSON file; not found: {value}"
-            )
-        return value
+        return _table_exists(value)

@@ -13,7 +13,7 @@ in it has finished, whichever is first.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +21,7 @@ import pandas as pd
 import simpy
 
 from policies.gavel.cluster import ClusterLayout
-from policies.gavel.scheduler import GavelScheduler, JobSpec, RoundPlan, SchedulerConfig
+from policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, JobSpec, RoundPlan, SchedulerConfig
 from policies.registry import AllocationPolicy
 from scenarios.gavel_workload import GavelJob, jobs_table
 
@@ -60,10 +60,14 @@ class GavelSimulation:
         entity_weights: dict[int, float] | None = None,
         policy_colocation: Colocation | None = None,
         market: MarketHook | None = None,
+        planned: dict[int, np.ndarray] | None = None,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
         believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``sim.gavel_market``)
-        makes the cluster a cloud fleet whose workers come and go with spot prices (seed 001 §6)."""
+        makes the cluster a cloud fleet whose workers come and go with spot prices (seed 001 §6).
+        ``planned`` (job id → throughput row) is what the policy starts from when it differs from the
+        jobs' true throughputs; it then learns each job's rates from its rounds as the real backend
+        does, while jobs move at the true ones."""
         self.layout = layout
         self.jobs = sorted(jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         self.by_id = {j.spec.job_id: j for j in jobs}
@@ -79,6 +83,7 @@ class GavelSimulation:
         )
         self.colocation = colocation
         self.market = market
+        self.planned = planned
         self.progress = progress
         self.env = simpy.Environment()
         self.arrived: simpy.Store = simpy.Store(self.env)
@@ -114,6 +119,11 @@ class GavelSimulation:
     def rounds(self):
         sched = self.scheduler
         while not self._finished():
+            if self._arrival_due():
+                # A job that arrives at the very instant a round starts is there when it is planned (its
+                # arrival is <= the round's start), whichever of the two timeouts SimPy fires first: a
+                # zero timeout lets the arrival process put it before we admit.
+                yield self.env.timeout(0)
             self._admit()
             if self.market is not None:
                 self.market.sync(self, self.env.now)
@@ -210,6 +220,14 @@ class GavelSimulation:
             dict(zip(jobs.tolist(), steps.tolist(), strict=True)),
             latest - start,
         )
+        if self.planned is not None:
+            # Each lease's steps/s as the real backend measures it (alone on its workers, trained, not
+            # evicted) feeds the policy's estimate of that job on that type.
+            measured = (shared < 0) & (steps > 0) & ~preempted
+            for m, j, r in zip(
+                jobs[measured].tolist(), types[measured].tolist(), rate[measured].tolist(), strict=True
+            ):
+                self.scheduler.observe_throughput(m, j, r, ONLINE_SMOOTHING)
         self.num_rounds += 1
         for t, m in sorted(zip(finish_t[finishes].tolist(), jobs[finishes].tolist(), strict=True)):
             self._complete(m, t)
@@ -339,6 +357,11 @@ class GavelSimulation:
             job = yield self.arrived.get()
             self._add(job)
 
+    def _arrival_due(self) -> bool:
+        return (
+            self.num_arrived < len(self.jobs) and self.jobs[self.num_arrived].spec.arrival_s <= self.env.now
+        )
+
     def _admit(self) -> None:
         while self.arrived.items:
             self._add(self.arrived.items.pop(0))
@@ -348,11 +371,16 @@ class GavelSimulation:
             # The scheduler checks a job's size against the types' GPU counts; on a market those are the
             # workers alive this minute, and a job must fit the fleet, not the survivors of an eviction.
             alive, self.scheduler.layout = self.scheduler.layout, self.layout
-            self.scheduler.add_job(job.spec)
+            self.scheduler.add_job(self._believed(job.spec))
             self.scheduler.layout = alive
         else:
-            self.scheduler.add_job(job.spec)
+            self.scheduler.add_job(self._believed(job.spec))
         self.event_rows.append((self.env.now, "admit", job.spec.job_id, job.spec.job_type))
+
+    def _believed(self, spec: JobSpec) -> JobSpec:
+        if self.planned is None:
+            return spec
+        return replace(spec, throughputs=self.planned[spec.job_id])
 
     def _complete(self, job_id: int, t: float) -> None:
         self.completion[job_id] = t

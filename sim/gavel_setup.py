@@ -55,12 +55,20 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
         planned = estimated_colocation(table, layout.worker_types, m.estimate_colocation, rng)
     workload = gavel_jobs(scenario, table, layout, jobs, origin)
     overheads = tuple(scenario.overhead_s(t) for t in layout.worker_types)
+    believed = None if m.planned_throughputs is None else planned_rows(scenario, workload, layout)
     market = None
     if scenario.market is not None:
         # A cloud fleet (seed 001 §6): the scheduler plans over the split layout (spot halves apart).
         market, split = build_market(scenario.source, scenario.market, layout)
         if split.layout != layout:
             workload = [_split_job(job, split) for job in workload]
+            if believed is not None:
+                believed = {
+                    j.spec.job_id: np.where(
+                        j.spec.throughputs > 0, expand_columns(believed[j.spec.job_id], split), 0.0
+                    )
+                    for j in workload
+                }
             truth, planned = _split_pairs(truth, split), _split_pairs(planned, split)
             overheads = tuple(expand_columns(np.array(overheads), split).tolist())
             layout = split.layout
@@ -83,7 +91,27 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
         entity_weights=dict(enumerate(scenario.workload.entities or ())),
         progress=progress,
         market=market,
+        planned=believed,
     )
+
+
+def planned_rows(
+    scenario: Scenario, workload: list[GavelJob], layout: ClusterLayout
+) -> dict[int, np.ndarray]:
+    """Each job's row of ``mechanism.planned_throughputs``, on the types where it can truly run."""
+    table = load_table(scenario, scenario.mechanism.planned_throughputs)
+    keys = [(j.spec.job_type, j.spec.scale_factor) for j in workload]
+    rows = table.isolated_matrix(keys, layout.worker_types)
+    truth = np.array([j.spec.throughputs for j in workload]).reshape(rows.shape)
+    missing = np.argwhere((truth > 0) & (rows <= 0))
+    if len(missing):
+        i, w = missing[0]
+        raise InputError(
+            f"{scenario.source}: field mechanism.planned_throughputs",
+            f"no throughput for {keys[i][0]} (scale factor {keys[i][1]}) on {layout.worker_types[w]}, "
+            "which the scenario's throughputs table has",
+        )
+    return {j.spec.job_id: np.where(t > 0, r, 0.0) for j, t, r in zip(workload, truth, rows, strict=True)}
 
 
 def _split_job(job: GavelJob, split: SplitLayout) -> GavelJob:

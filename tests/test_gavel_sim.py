@@ -244,3 +244,72 @@ def test_restart_overhead_is_charged_per_worker_type_and_spared_by_renewal(tmp_p
     assert len(full) and len(started) and (v100.loc[v100["round"] == 0, "renewed"] == False).all()  # noqa: E712
     assert np.allclose(full, full.iloc[0]) and np.allclose(started, 0.9 * full.iloc[0])
     assert len(k80) and np.allclose(k80["steps"], k80["steps"].iloc[0])
+
+
+def test_a_job_arriving_as_a_round_starts_is_planned_in_that_round(tmp_path: Path) -> None:
+    """Job 2 arrives at 360 s, when round 1 starts: it runs from 360 s, not a round later. (SimPy fires
+    the round's timeout first here, because job 2's was scheduled later, at job 1's arrival.)"""
+    rows = [TRACE_LINE.format(steps=10**6, sf=1, arrival=t) for t in (0, 30, 360)]
+    path = scenario(tmp_path, trace_file(tmp_path, rows), gpus="{v100: 4}")
+    scen = load_scenario(path, ["mechanism.min_reset_interval_s=0"])
+    jobs = run_scenario(scen).tables["jobs"].set_index("job_id")
+    assert jobs.loc[2, "first_start_s"] == 360.0
+    assert jobs.loc[1, "first_start_s"] == 360.0  # an arrival between boundaries waits for the next
+
+
+def _table(path: Path, v100: float, k80: float) -> str:
+    rows = [f"ResNet-18 (batch size 32),1,{t},{x}\n" for t, x in (("v100", v100), ("k80", k80))]
+    path.write_text("job_type,scale_factor,worker_type,throughput\n" + "".join(rows))
+    return str(path)
+
+
+def _planned_run(tmp_path: Path, planned: str | None, monkeypatch: pytest.MonkeyPatch):
+    from policies.gavel.scheduler import GavelScheduler
+
+    seen: list[tuple[int, int, float]] = []
+    observe = GavelScheduler.observe_throughput
+
+    def spy(self, job_id: int, worker_type: int, measured: float, smoothing: float) -> None:
+        seen.append((job_id, worker_type, measured))
+        observe(self, job_id, worker_type, measured, smoothing)
+
+    monkeypatch.setattr(GavelScheduler, "observe_throughput", spy)
+    rows = [TRACE_LINE.format(steps=3000, sf=1, arrival=60 * i) for i in range(6)]
+    path = scenario(tmp_path, trace_file(tmp_path, rows), gpus="{v100: 1, k80: 1}")
+    path.write_text(path.read_text().replace("gpus_per_server: 4", "gpus_per_server: 1"))
+    sets = [f"throughputs={_table(tmp_path / 'truth.csv', 2.0, 0.5)}", "policy.params={aware: true}"]
+    if planned is not None:
+        sets.append(f"mechanism.planned_throughputs={planned}")
+    return run_scenario(load_scenario(path, sets)).tables, seen
+
+
+def test_a_policy_that_plans_from_another_table_learns_the_true_rates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``mechanism.planned_throughputs`` the policy starts from that table and is told each round's
+    true steps/s, as the real backend's measurements tell it; jobs move at the true rates."""
+    truth, none_seen = _planned_run(tmp_path, None, monkeypatch)
+    assert none_seen == []
+    # Believing the truth, learning it changes nothing.
+    same, _ = _planned_run(tmp_path, str(tmp_path / "truth.csv"), monkeypatch)
+    assert _log_digest(same) == _log_digest(truth)
+    # Believing k80 the faster type, the policy still sees the true rates and jobs move at them.
+    wrong, seen = _planned_run(tmp_path, _table(tmp_path / "wrong.csv", 0.5, 2.0), monkeypatch)
+    assert seen and {round(r, 9) for _, j, r in seen} <= {2.0, 0.5}
+    rate = {"v100": 2.0, "k80": 0.5}
+    whole = wrong["rounds"][wrong["rounds"]["end_s"] - wrong["rounds"]["start_s"] >= 360 - 1e-6]
+    assert len(whole)
+    for row in whole.itertuples():
+        assert row.steps == pytest.approx(rate[row.worker_type] * (row.end_s - row.start_s))
+    assert _log_digest(wrong) != _log_digest(truth)
+
+
+def test_a_planned_table_without_a_jobs_type_names_the_field(tmp_path: Path, capsys) -> None:
+    rows = [TRACE_LINE.format(steps=3000, sf=1, arrival=0)]
+    path = scenario(tmp_path, trace_file(tmp_path, rows), gpus="{v100: 1, k80: 1}")
+    path.write_text(path.read_text().replace("gpus_per_server: 4", "gpus_per_server: 1"))
+    other = tmp_path / "other.csv"
+    other.write_text("job_type,scale_factor,worker_type,throughput\nLM (batch size 20),1,v100,3.0\n")
+    path.write_text(path.read_text() + f"mechanism:\n  planned_throughputs: {other}\n")
+    code, err = run_cli(tmp_path, path, capsys)
+    assert code != 0 and "mechanism.planned_throughputs" in err and "ResNet-18" in err

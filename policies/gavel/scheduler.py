@@ -25,6 +25,9 @@ from policies.gavel.mechanism import place_round, priorities, select_round
 from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
 from policies.registry import AllocationPolicy
 
+# The weight of a new measurement in a job's smoothed throughput (§5.3.3; Gavel's artifact uses 0.5).
+ONLINE_SMOOTHING = 0.5
+
 
 @dataclass(frozen=True)
 class JobSpec:
