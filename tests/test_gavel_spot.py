@@ -323,6 +323,19 @@ def test_cli_run_of_a_spot_fleet_reports_the_billed_cost(tmp_path) -> None:
     assert metrics["cost_spot_usd"] + metrics["cost_on_demand_usd"] == pytest.approx(billed)
 
 
+def test_a_fleet_whose_policy_learns_the_true_table_runs_as_one_that_knows_it() -> None:
+    """``mechanism.planned_throughputs`` on a fleet: the planned rows are split over the spot and
+    on-demand halves like the true ones, so planning from the truth and learning it changes nothing."""
+    base = ["workload.generate.num_jobs=12"]
+    knows = run_scenario(load_scenario("scenarios/gavel/spot-whatif.yaml", base)).tables
+    learns = run_scenario(
+        load_scenario("scenarios/gavel/spot-whatif.yaml", [*base, "mechanism.planned_throughputs=simulation"])
+    ).tables
+    for name in ("jobs", "rounds", "billing"):
+        pd.testing.assert_frame_equal(knows[name], learns[name])
+    assert len(knows["rounds"]) > 0
+
+
 # --- bad traces (issue 6) through a Gavel `market:` section ---------------------------------------------
 
 
