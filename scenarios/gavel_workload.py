@@ -10,7 +10,7 @@ import pandas as pd
 from policies.gavel.cluster import ClusterLayout
 from policies.gavel.scheduler import JobSpec
 from scenarios.errors import InputError
-from scenarios.schema import Scenario
+from scenarios.schema import BUNDLED_THROUGHPUTS, Scenario
 from traces.gavel_generator import generate_gavel_jobs
 from traces.gavel_throughputs import ThroughputTable
 from traces.gavel_trace import TraceJob, load_gavel_trace, slo_deadline_s
@@ -28,7 +28,7 @@ class GavelJob:
 def load_table(scenario: Scenario, name: str | None = None) -> ThroughputTable:
     """The scenario's throughput table, or the one named ``name`` (bundled or a path)."""
     name = scenario.throughputs if name is None else name
-    if name in ("simulation", "physical"):
+    if name in BUNDLED_THROUGHPUTS:
         return ThroughputTable.bundled(name)
     return ThroughputTable.load(name)
 

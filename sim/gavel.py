@@ -60,14 +60,14 @@ class GavelSimulation:
         entity_weights: dict[int, float] | None = None,
         policy_colocation: Colocation | None = None,
         market: MarketHook | None = None,
-        planned: dict[int, np.ndarray] | None = None,
+        policy_throughputs: dict[int, np.ndarray] | None = None,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
         believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``sim.gavel_market``)
         makes the cluster a cloud fleet whose workers come and go with spot prices (seed 001 §6).
-        ``planned`` (job id → throughput row) is what the policy starts from when it differs from the
-        jobs' true throughputs; it then learns each job's rates from its rounds as the real backend
-        does, while jobs move at the true ones."""
+        ``policy_throughputs`` (job id → throughput row) is what the policy starts from when it differs
+        from the jobs' true throughputs; it then learns each job's rates from its rounds as the real
+        backend does, while jobs move at the true ones."""
         self.layout = layout
         self.jobs = sorted(jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         self.by_id = {j.spec.job_id: j for j in jobs}
@@ -83,7 +83,7 @@ class GavelSimulation:
         )
         self.colocation = colocation
         self.market = market
-        self.planned = planned
+        self.policy_throughputs = policy_throughputs
         self.progress = progress
         self.env = simpy.Environment()
         self.arrived: simpy.Store = simpy.Store(self.env)
@@ -220,7 +220,7 @@ class GavelSimulation:
             dict(zip(jobs.tolist(), steps.tolist(), strict=True)),
             latest - start,
         )
-        if self.planned is not None:
+        if self.policy_throughputs is not None:
             # Each lease's steps/s as the real backend measures it (alone on its workers, trained, not
             # evicted) feeds the policy's estimate of that job on that type.
             measured = (shared < 0) & (steps > 0) & ~preempted
@@ -378,9 +378,9 @@ class GavelSimulation:
         self.event_rows.append((self.env.now, "admit", job.spec.job_id, job.spec.job_type))
 
     def _believed(self, spec: JobSpec) -> JobSpec:
-        if self.planned is None:
+        if self.policy_throughputs is None:
             return spec
-        return replace(spec, throughputs=self.planned[spec.job_id])
+        return replace(spec, throughputs=self.policy_throughputs[spec.job_id])
 
     def _complete(self, job_id: int, t: float) -> None:
         self.completion[job_id] = t

@@ -91,7 +91,7 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
         entity_weights=dict(enumerate(scenario.workload.entities or ())),
         progress=progress,
         market=market,
-        planned=believed,
+        policy_throughputs=believed,
     )
 
 
