@@ -11,7 +11,6 @@ import argparse
 import math
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -139,18 +138,11 @@ def _parser() -> argparse.ArgumentParser:
         help="training seconds of each measured lease (default: 10; long enough to time a fast GPU job)",
     )
     length.add_argument("--steps", type=int, help="a measured lease of this many steps instead of --seconds")
-    load = profile.add_mutually_exclusive_group()
-    load.add_argument(
+    profile.add_argument(
         "--under-load",
         action="store_true",
         help="measure each pair while every other CPU worker slot trains a background job, as in a real"
         " run's steady state (default: each pair alone on the machine)",
-    )
-    load.add_argument(
-        "--rounds",
-        type=int,
-        help="measure in this many rounds, every worker slot training a measured job at once, the mixes"
-        " varied and each pair sampled about equally often; each pair's figures are its samples' means",
     )
     profile.set_defaults(handler=_profile)
 
@@ -357,7 +349,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from runtime import profile, profile_rounds
+    from runtime import profile
 
     if args.steps is not None and args.steps < 1:
         raise InputError(f"--steps {args.steps}", "a measured lease needs at least 1 step")
@@ -368,26 +360,15 @@ def _profile(args: argparse.Namespace) -> int:
     out = args.out or profile.default_output(args.scenario)
     profile.check_output(out)
     todo, skipped = profile.plan(scenario)  # every input check, before the first job process starts
-    if args.rounds is not None:
-        profile_rounds.round_plan(scenario, args.rounds)  # too few rounds fail here, not after the first
     try:
         with progress_bar(f"profiling {scenario.name}") as progress:
-            if args.rounds is None:
-                rows = profile.profile_scenario(
-                    scenario, **length, progress=progress, under_load=args.under_load
-                )
-            else:
-                with tempfile.TemporaryDirectory(prefix="clustertwin-profile-") as scratch:
-                    rows = profile_rounds.profile_in_rounds(
-                        scenario, rounds=args.rounds, **length, progress=progress, workdir=Path(scratch)
-                    )
+            rows = profile.profile_scenario(scenario, **length, progress=progress, under_load=args.under_load)
     except profile.ProfileError as err:  # a job failed: not bad input, but no traceback either
         print(f"error: {err}", file=sys.stderr)
         return 1
     written = profile.write_profile(rows, out)
     per_lease = f"{args.steps} steps" if args.steps is not None else f"{args.seconds:g} s"
-    how = f", {args.rounds} rounds" if args.rounds is not None else ""
-    table = Table(title=f"profile of {scenario.name} ({per_lease} per measured lease{how})")
+    table = Table(title=f"profile of {scenario.name} ({per_lease} per measured lease)")
     for column in ("job type", "scale", "worker", "steps/s", "load s", "save s", "start-up s"):
         table.add_column(column, justify="left" if column in ("job type", "worker") else "right")
     for r in rows:

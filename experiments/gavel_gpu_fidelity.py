@@ -1,21 +1,18 @@
 """Simulator fidelity for Gavel on a GPU machine (issue: Gavel for real; cf. seed 001 Table 5.3).
 
     python3 experiments/gavel_gpu_fidelity.py run --work DIR --policies las [ftf] [--target-s 1000]
-        [--profile rounds|under-load|isolated] [--rounds 8]
+        [--isolated-profile]
     python3 experiments/gavel_gpu_fidelity.py compare --work DIR [--realised]
 
 ``run`` (on the GPU machine):
 
 1. Profile the scenario's job types on this machine's worker types (``clustertwin profile``): throughput
    per (job type, worker type) and the restart overhead (process start, checkpoint load and save).
-   By default in ``--rounds`` rounds (``--profile rounds``, ``runtime.profile_rounds``): every worker
-   slot trains a measured job at once, the mixes vary from round to round, and each pair's figures are
-   the means of its samples. The older modes measure one pair at a time, once: ``under-load`` while
-   every other CPU worker slot trains a background job (the LAS run 4 and FTF runs of 2026-11-26; the
-   runs then reached -27% to +41% of it per pair), and ``isolated`` alone on the machine (the first LAS
-   run: Recommendation on ``cpu`` ran 2.5x faster than in the real run and the calibrated simulator
-   under-predicted the makespan by 30%; a 1.9x of that was its subnormal momentum, since flushed:
-   ``runtime.training_env``).
+   By default under load (``--under-load``): each pair is measured while every other CPU worker slot
+   trains a background job, as in the real run's steady state, where the co-located CPU workers share
+   the socket's memory bandwidth and cache. Measured alone (``--isolated-profile``), Recommendation on
+   ``cpu`` ran 2.5x faster than in the real run and the calibrated simulator under-predicted the
+   makespan by 30% (a 1.9x of that was its subnormal momentum, since flushed: ``runtime.training_env``).
 2. Size the trace: each job's steps are its base duration on a `cpu` worker times a common scale, chosen
    (by bisection on the *simulator*, calibrated by the profile) so that the first policy takes about
    ``--target-s`` seconds.
@@ -144,9 +141,7 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     extra = ["real.workers.gpu={device: cpu}"] if args.cpu_only else []
     places = shares(args.policies, args.gpus)
-    load = {"rounds": ["--rounds", str(args.rounds)], "under-load": ["--under-load"], "isolated": []}[
-        args.profile
-    ]
+    load = ["--under-load"] if args.under_load else []
     profiles = {}
     for policy, (cores, gpu) in zip(args.policies, places, strict=True):
         name = "profile" if len(args.policies) == 1 else f"profile-{policy}"
@@ -175,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     write_trace(work / "trace.trace", low, throughput)
     predicted = {p: simulated_makespan(calibrated(work, p) + policy_overrides(p)) for p in args.policies}
     plan |= {
-        "profile_mode": args.profile,
+        "profile_mode": "under-load" if args.under_load else "isolated",
         "scale": low,
         "predicted_makespan_s": predicted,
     }
@@ -289,13 +284,18 @@ def main() -> int:
     real.add_argument("--target-s", type=float, default=1000.0)
     real.add_argument("--cpu-only", action="store_true", help="a dry run with the gpu type on a CPU")
     real.add_argument(
-        "--profile",
-        choices=("rounds", "under-load", "isolated"),
-        default="rounds",
-        help="rounds: every slot measured at once, --rounds times (default); under-load: one pair at a"
-        " time while the other CPU slots train; isolated: one pair at a time alone",
+        "--under-load",
+        dest="under_load",
+        action="store_true",
+        default=True,
+        help="profile each pair while the other CPU worker slots train (the default)",
     )
-    real.add_argument("--rounds", type=int, default=8, help="rounds of --profile rounds (default: 8)")
+    real.add_argument(
+        "--isolated-profile",
+        dest="under_load",
+        action="store_false",
+        help="profile each pair alone on the machine instead",
+    )
     versus = commands.add_parser("compare", help="simulate the finished real runs and compare")
     versus.add_argument("--work", type=Path, required=True)
     versus.add_argument(

@@ -234,7 +234,15 @@ def profile_scenario(
     mode = UNDER_LOAD if under_load else ISOLATED
     rows = []
     with tempfile.TemporaryDirectory(prefix="clustertwin-profile-") as scratch:
-        warm_gpus(scenario, todo, warmup_steps, Path(scratch))
+        # The first process to use a GPU pays one-time costs (driver and kernel caches) that later jobs
+        # never see; a discarded lease per cuda worker type keeps them out of the first measured pair.
+        for worker_type in sorted({w for _, _, w in todo if real.workers[w].device == "cuda"}):
+            job_type, sf, _ = next(item for item in todo if item[2] == worker_type)
+            measure(
+                job_type, sf, worker_type, real.workers[worker_type], threads=real.threads_per_cpu_worker,
+                steps=warmup_steps, warmup_steps=warmup_steps, workdir=Path(scratch) / f"warm-{worker_type}",
+                seed=scenario.seed,
+            )  # fmt: skip
         for index, (job_type, sf, worker_type) in enumerate(todo):
             slots = background_slots(scenario, worker_type, sf, job_types) if under_load else []
             if progress is not None:
@@ -257,22 +265,6 @@ def profile_scenario(
     if progress is not None:
         progress(1.0, "done")
     return rows
-
-
-def warm_gpus(
-    scenario: Scenario, todo: Sequence[tuple[str, int, str]], warmup_steps: int, workdir: Path
-) -> None:
-    """Run and discard one short lease per cuda worker type of ``todo``: the first process to use a GPU
-    pays one-time costs (driver and kernel caches) that later jobs never see."""
-    real = scenario.real
-    assert real is not None
-    for worker_type in sorted({w for _, _, w in todo if real.workers[w].device == "cuda"}):
-        job_type, sf, _ = next(item for item in todo if item[2] == worker_type)
-        measure(
-            job_type, sf, worker_type, real.workers[worker_type], threads=real.threads_per_cpu_worker,
-            steps=warmup_steps, warmup_steps=warmup_steps, workdir=workdir / f"warm-{worker_type}",
-            seed=scenario.seed,
-        )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ load
