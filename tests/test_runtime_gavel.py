@@ -47,6 +47,14 @@ def test_real_cpu_run_preempts_resumes_and_matches_the_table_contract(tmp_path: 
         resumed |= gaps or mine["worker_type"].nunique() > 1
     assert resumed
     assert rounds["renewed"].any()  # a job kept its workers and its process across rounds
+    # A round in which some job did not finish lasts at least round_s (12 s here), as in the simulator:
+    # no round starts before its nominal boundary, however short the leases' restarts turned out.
+    starts = rounds.groupby("round")["start_s"].first()
+    completed = set(jobs["completion_s"].dropna())
+    for r, nxt in zip(starts.index, starts.index[1:], strict=False):
+        ends = rounds.loc[rounds["round"] == r, "end_s"]
+        if not ends.isin(completed).all():
+            assert starts[nxt] - starts[r] >= 12.0 - 1e-6, (r, starts[r], starts[nxt])
     assert main(["run", str(ROOT / "scenarios/gavel-real-cpu.yaml"), "--backend", "sim", "--out",
                  str(tmp_path / "sim"), "--quiet", "--no-plots"]) == 0  # fmt: skip
     assert main(["compare", str(tmp_path / "sim"), str(out)]) == 0
@@ -114,3 +122,35 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
     # After every round the tables so far were rewritten: the last snapshot holds every round.
     snapshot = pd.read_parquet(tmp_path / "partial" / "rounds.parquet")
     assert len(snapshot) == len(result.tables["rounds"])
+
+
+def test_no_round_starts_before_its_nominal_boundary(tmp_path: Path) -> None:
+    """An over-stated restart overhead (9 s of a 10 s round) makes the first round's leases, which start
+    their processes, end early; the next round still starts no sooner than round_s after it, as the
+    simulator's rounds do, unless every job of the round finished in it."""
+    trace = tmp_path / "jobs.trace"
+    trace.write_text("".join(
+        f"{t}\tcmd\t.\t--steps\t0\t{steps}\t1\t1\t-1\t0\n"
+        for t, steps in [("LM (batch size 20)", 400), ("Recommendation (batch size 512)", 600)]
+    ))  # fmt: skip
+    scenario = load_scenario(
+        ROOT / "scenarios/gavel-real-cpu.yaml",
+        [f"workload.trace={trace}", "mechanism.round_s=10", "mechanism.preemption_overhead_s=9"],
+    )
+    tables = RealGavel(scenario, tmp_path / "work").run().tables
+    rounds, jobs = tables["rounds"], tables["jobs"]
+    check_steps_conserved(jobs, rounds)
+    starts = rounds.groupby("round")["start_s"].first()
+    assert len(starts) >= 2
+    completed = set(jobs["completion_s"])
+    early = [
+        (r, nxt)
+        for r, nxt in zip(starts.index, starts.index[1:], strict=False)
+        if not rounds.loc[rounds["round"] == r, "end_s"].isin(completed).all()
+    ]
+    assert early  # rounds in which some lease ran its (short) full time
+    for r, nxt in early:
+        assert starts[nxt] - starts[r] >= 10.0 - 1e-6, (r, starts[r], starts[nxt])
+    # The first round's leases did end early: the rule, not slow restarts, is what kept it 10 s long.
+    first = rounds[rounds["round"] == starts.index[0]]
+    assert (first["end_s"] - first["start_s"]).max() < 9.5
