@@ -3,14 +3,20 @@
 The first GPU run (docs/psld.md, "Real runs (GPU)") timed every block from its push to its own pull.
 That counts the wait behind every block the same PS served before it, so a loaded PS looked slow and an
 empty one fast, and the scheduler moved the whole model from PS to PS every few reports, three times
-onto the throttled PS. ``runtime.psld.ps.dequeued`` starts a block's time when the PS could first serve
-it, which is the simulator's sample. These tests replay the scheduler on a FIFO model of the runtime's
-pipeline (no processes), with the GPU scenario's blocks, configuration and random stream.
+onto the throttled PS. ``dequeued`` below (the second and third GPU runs' sample, since replaced in
+the runtime) started a block's time when the PS could first serve it. These tests replay the scheduler
+on a FIFO model of the runtime's pipeline (no processes), with the GPU scenario's blocks, configuration
+and random stream.
+
+The runtime's sample is now ``ps.shaped``, the simulator's own (push transfer + PS service + pull
+transfer; ``tests/test_psld_sample_shape.py`` checks it on real processes). Its replay here models it as
+a PS's service of the block plus, on the link-bound PS, both directions of its link.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,7 +25,6 @@ from policies.psld.placement import loads_of
 from policies.psld.profiling import Sample
 from policies.psld.scheduler import PSLDScheduler
 from runtime.psld.calibrate import Line, link_rate
-from runtime.psld.ps import dequeued
 from runtime.psld.run import build_job
 from scenarios.load import load_scenario
 from scenarios.psld_setup import scheduler_config
@@ -41,6 +46,32 @@ def _timeline(blocks, owners, per_byte: dict[int, float], skew: float, fixed: fl
     return issued, done
 
 
+def dequeued(
+    blocks: Sequence[Block], owners: Sequence[int], issued: dict[int, float], done: dict[int, float]
+) -> list[float]:
+    """The runtime's sample before ``runtime.psld.ps.shaped`` (the second and third GPU runs'): each
+    block's time without its wait behind the same PS's earlier blocks of the iteration, from the later
+    of its push and the previous block's pull (of the same PS, in block order, which is the order the
+    PS serves them) to its own pull: the service time of a FIFO queue (departure - max(arrival,
+    previous departure)).
+
+    *Why it replaced the time from push issue:* that counts every block of the same PS served before
+    it, so it grows with the PS's load and not with the block's bytes. Pred(r, s) = alpha s + beta
+    fitted on that makes a PS look slow because it is loaded and fast because it is empty; the first GPU
+    run (docs/psld.md, "Real runs (GPU)") moved the whole model between PSs every few reports, three
+    times onto the throttled PS, which held only exploration blocks when it was measured. *Why it was
+    replaced in turn:* a PS's first block still waited for the slowest worker's push, a later block
+    held one pull's latency instead of a push's and a pull's, and a link-bound PS's block took one
+    direction's transfer (the pipeline's spacing) where the simulator's takes both (``shaped``)."""
+    out, last = [], {}
+    for b in blocks:
+        r = owners[b.id]
+        start = issued[b.id] if r not in last else max(issued[b.id], last[r])
+        out.append(done[b.id] - start)
+        last[r] = done[b.id]
+    return out
+
+
 def test_a_dequeued_sample_does_not_grow_with_the_blocks_ahead() -> None:
     blocks = tuple(Block(i, i, i * 4096, 4096) for i in range(6))
     owners = (0, 0, 0, 0, 0, 1)
@@ -53,7 +84,9 @@ def test_a_dequeued_sample_does_not_grow_with_the_blocks_ahead() -> None:
 
 def _replay(sample_of: str, reports: int = 32) -> list[tuple[int, dict[int, float]]]:
     """The scheduler's decisions over ``reports`` reports of the GPU job (PS 2 at 1 Gbit/s, PSs 0 and 1
-    bound by their CPU at 1.4 ns/B), with samples from push issue (``raw``) or ``dequeued``."""
+    bound by their CPU at 1.4 ns/B), with samples from push issue (``raw``), ``dequeued`` or ``shaped``
+    (each block's own service, twice the link's per-byte time on the link-bound PS 2: in and out; no
+    wait for the other workers' pushes)."""
     sc = load_scenario(SCENARIO, ["runtime.device=cpu"])
     job = build_job(sc)
     sizes = [b.nbytes for b in job.blocks]
@@ -70,6 +103,11 @@ def _replay(sample_of: str, reports: int = 32) -> list[tuple[int, dict[int, floa
                 issued, done = _timeline(job.blocks, owners, per_byte, skew=float(noise.uniform(0, 0.01)))
                 if sample_of == "raw":
                     times = [done[b.id] - issued[b.id] for b in job.blocks]
+                elif sample_of == "shaped":
+                    times = [
+                        (2 if owners[b.id] == 2 else 1) * per_byte[owners[b.id]] * b.nbytes + 2e-3
+                        for b in job.blocks
+                    ]
                 else:
                     times = dequeued(job.blocks, owners, issued, done)
                 for b, t in zip(job.blocks, times, strict=True):
@@ -88,6 +126,14 @@ def test_dequeued_samples_unload_the_throttled_ps_once_and_settle() -> None:
     model = sum(decisions[0][1].values())
     assert 1 <= len(decisions) <= 2
     # the throttled PS keeps at most exploration's share (epsilon / #PS of the bytes, with slack)
+    assert all(loads.get(2, 0.0) <= 0.15 * model for _, loads in decisions)
+
+
+def test_shaped_samples_unload_the_throttled_ps_once_and_settle() -> None:
+    # the sample the runtime sends the scheduler now: the same outcome as with de-queued samples
+    decisions = _replay("shaped")
+    model = sum(decisions[0][1].values())
+    assert 1 <= len(decisions) <= 2
     assert all(loads.get(2, 0.0) <= 0.15 * model for _, loads in decisions)
 
 

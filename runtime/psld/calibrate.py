@@ -23,7 +23,9 @@ nothing is fitted to make a throughput come out right:
   ``cluster.worker_gbps`` too): the per-node NIC model that the real host matches when each process has
   its own core. Where the slope is not significantly positive, the link does not bound that PS and the
   rate is the slowest the measurement allows (``link_rate``), never infinite. The line is fitted on the
-  raw times from push issue (``result.raw_samples``); the scheduler gets the de-queued ones.
+  raw times from push issue (``result.raw_samples``), whose growth with the bytes ahead is the PS's
+  throughput; the scheduler gets the simulator's per-block samples (``ps.shaped``), which leave that
+  queue out.
 * ``latency_s``: half the line's zero-byte intercept (median over PSs): a block's fixed round-trip
   cost, split over its push and its pull (``costs.message_latency_s``). The per-message CPU cost is inside
   the measured slope and intercept, so ``costs.message_cpu_s`` is 0.

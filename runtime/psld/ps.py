@@ -5,9 +5,11 @@ until a scale-out maps blocks to one), ranks S+T..S+T+W-1 workers. Per iteration
 worker pushes each block's gradient to the block's owner (tag = block id); an owner sums the W pushes in
 worker order (so the sum does not depend on which PS owns the block), then in vanilla mode applies SGD
 with momentum to the parameters it holds and sends the new parameters back, or in BytePS mode sends the
-sum back and the workers apply SGD. Workers time each block to its pull completion, from its push or
-from the same PS's previous pull if that came later (``dequeued``: the simulator's sample), and report
-(server, bytes, seconds) samples. A worker computes its gradient on the CPU or on its GPU
+sum back and the workers apply SGD. After its last pull of an iteration a PS tells every worker, per
+block, how long it held that worker's copy of the block without working on it (``held_s``: the wait for
+the other workers' pushes and for its CPU, its emulated NIC's queue); a worker's sample of a block is its
+round trip less that (``shaped``: the simulator's push transfer + PS service + pull transfer), and it
+reports (server, bytes, seconds) samples. A worker computes its gradient on the CPU or on its GPU
 (``Job.device``; parameters in, gradient out over the host, as gloo moves host memory), either the
 closed-form toy or a linear layer's gradient over a synthetic minibatch (``Job.gradient``). A throttled
 PS emulates a capped NIC, each direction paced concurrently (``run_server``).
@@ -27,6 +29,7 @@ import signal
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +75,14 @@ class Job:
     standby: int = 0
     # fault injection (tests): (rank, k) -> that PS SIGKILLs itself right after PREPARE k, mid-run
     kill_at: tuple[int, int] | None = None
+    # a straggling worker (tests): worker -> seconds it sleeps after its gradient, before its pushes
+    push_delay: dict[int, float] | None = None
+
+    @property
+    def report_tag(self) -> int:
+        """The tag of a PS's per-iteration timing report to a worker (``held_s``); block tags are the
+        block ids 0..n-1, so this one never matches a pull."""
+        return len(self.blocks)
 
     @property
     def ps_ranks(self) -> int:
@@ -256,8 +267,14 @@ def run_server(
     earlier than the capped link would deliver it, the egress ``Link`` paces every pull (and migration)
     the PS sends, and both run concurrently, so the PS receives block b+1 while block b's pulls leave,
     as on a full-duplex NIC. Pushes are taken block by block, each block's W pushes in worker order,
-    which is how a fair link interleaves W workers that all push the blocks in the same order. A CPU
-    straggler instead paces the summing (``job.cpu_throttle``)."""
+    which is how a fair link interleaves W workers that all push the blocks in the same order; a
+    block's W pulls share the egress, each taking W x its bytes / rate, as W flows of a fair link do
+    (and the simulator's max-min share). A CPU straggler instead paces the summing
+    (``job.cpu_throttle``).
+
+    After the iteration's last pull the PS sends every worker a timing report (tag ``job.report_tag``):
+    per block it served, in block order, ``held_s`` of that worker's copy (see there), on this process's
+    clock; the worker subtracts it from its own round trip (``shaped``)."""
     control = Control(job) if rank == 0 else None
     nic = (job.throttle or {}).get(rank)
     ingress, egress = Link(nic), Link(nic)
@@ -271,8 +288,15 @@ def run_server(
     }
     # The emulated NIC's two directions and the PS's CPU are three concurrent stages, as in the
     # simulator: a receiver thread takes the pushes through the ingress link, the main thread sums
-    # (and updates), a sender thread paces the pulls through the egress link.
-    with ThreadPoolExecutor(max_workers=1) as receiver, ThreadPoolExecutor(max_workers=1) as sender:
+    # (and updates), a sender thread paces the pulls through the egress link. One waiter thread per
+    # worker stamps when each of that worker's pushes arrives: gloo marks a receive complete only
+    # inside ``wait``, so a single thread waiting in block order would stamp a fast worker's push only
+    # once a slow worker's earlier push had come, and the slow worker's delay would land in the fast
+    # worker's sample.
+    with ExitStack() as stack:
+        receiver = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+        sender = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+        waiters = [stack.enter_context(ThreadPoolExecutor(max_workers=1)) for _ in range(job.workers)]
         for k in range(job.iterations):
             new, stop = _plan(rank, job, k, [], control, marks)
             if stop:
@@ -298,10 +322,16 @@ def run_server(
                 for w in range(job.workers)
             }
             posted = time.monotonic()  # no push of this iteration can arrive before this
-            arrivals = [receiver.submit(_receive_pushes, job, b, reqs, ingress, posted) for b in mine]
-            pending = []
+            landed = {
+                (b.id, w): waiters[w].submit(_landed, reqs[(b.id, w)])
+                for b in mine
+                for w in range(job.workers)
+            }
+            arrivals = [receiver.submit(_receive_pushes, job, b, landed, ingress, posted) for b in mine]
+            pending, served = [], []
             for b, arrived in zip(mine, arrivals, strict=True):
-                arrived.result()
+                carried = arrived.result()
+                start = time.monotonic()  # service starts: every push is in and the CPU is free
                 cpu.take(b.nbytes * job.workers)  # a CPU straggler sums at its reduced rate
                 t0 = time.perf_counter()
                 total = bufs[(b.id, 0)].clone()
@@ -318,38 +348,86 @@ def run_server(
                     if job.mode == "vanilla":
                         stats.update_bytes += b.nbytes
                         stats.update_s += time.perf_counter() - t1
-                pending.append(sender.submit(_send_pulls, job, b, total, egress, time.monotonic()))
+                ready = time.monotonic()  # service ends: the pull could leave now
+                served.append((start, carried, ready))
+                pending.append(sender.submit(_send_pulls, job, b, total, egress, ready))
+            works, heads = [], []
             for future in pending:
-                for work in future.result():
-                    work.wait()
+                head, sent = future.result()
+                heads.append(head)
+                works += sent
+            reports = []  # kept alive until their sends complete
+            for w in range(job.workers if mine else 0):
+                first = landed[(mine[0].id, w)].result()  # w's first push of the iteration to this PS
+                reports.append(
+                    torch.tensor(
+                        [
+                            held_s(first, begun, carried[w], head, ready)
+                            for (begun, carried, ready), head in zip(served, heads, strict=True)
+                        ],
+                        dtype=torch.float64,
+                    )
+                )
+                works.append(dist.isend(reports[-1], job.ps_ranks + w, tag=job.report_tag))
+            for work in works:
+                work.wait()
     return held, control
 
 
-BLOCKED_S = 1e-3  # a wait longer than this means the push was not there yet: it arrived as wait returned
+def held_s(first: float, start: float, carried: float, head: float, ready: float) -> float:
+    """How long a PS held one worker's copy of a block for reasons the simulator's sample leaves out, on
+    the PS's clock: from that worker's first push of the iteration to this PS (``first``) to the
+    block's service ``start``, less the seconds the PS's ingress spent carrying the block's pushes from
+    the moment this worker's was there (``carried``: the emulated NIC's transfer, which the sample
+    keeps), plus the wait from the service's end (``ready``) to the egress starting the block's pulls
+    (``head``).
+
+    What is left out is then: the worker's later pushes queueing behind its earlier ones to this PS,
+    the wait for the other workers' pushes (a slow worker's 10-30 ms in the GPU run), the wait for the
+    PS's CPU behind earlier blocks, and the block's pulls queueing behind earlier pulls: none is in
+    the simulator's sample (``sim.psld.engine``: each transfer from the moment it heads its
+    connection, and the PS's CPU time for the block). Only durations on the PS's clock enter, so the
+    worker never compares two processes' clocks."""
+    return (start - first) - carried + (head - ready)
 
 
-def _receive_pushes(job: Job, block: Block, reqs: dict, ingress: Link, posted: float) -> None:
-    """Take one block's W pushes, in worker order, each once the ingress link has carried its bytes.
-
-    A push that was already there when the wait began continues the link's back-to-back stream (its
-    start is the link's own clock, at least ``posted``); one that was waited for was ready when it
-    arrived. gloo fills the posted receive buffers at loopback speed, far above any cap, so the
-    arrival of a push stands for the moment its sender started it."""
-    for w in range(job.workers):
-        t0 = time.monotonic()
-        reqs[(block.id, w)].wait()
-        t1 = time.monotonic()
-        ingress.carry(block.nbytes, t1 if t1 - t0 > BLOCKED_S else posted)
+def _landed(req: dist.Work) -> float:
+    """Wait for one push and return when it arrived (on the waiter's own thread: see ``run_server``)."""
+    req.wait()
+    return time.monotonic()
 
 
-def _send_pulls(job: Job, block: Block, total: torch.Tensor, egress: Link, ready: float) -> list:
-    """Send one block's pull to every worker, each after the egress link has carried its bytes (the
-    block was ready at ``ready``, when its sum, or update, was done)."""
-    works = []
-    for w in range(job.workers):
-        egress.carry(block.nbytes, ready)
-        works.append(dist.isend(total, job.ps_ranks + w, tag=block.id))
-    return works
+def _receive_pushes(job: Job, block: Block, landed: dict, ingress: Link, posted: float) -> list[float]:
+    """Take one block's W pushes, in worker order, each once the ingress link has carried its bytes, and
+    return, per worker, the seconds the link spent on the block's pushes from the moment that worker's
+    push had arrived (0 on an unthrottled PS, whose transport the worker's round trip already holds).
+
+    A push starts on the link when both the link is free and the push is there (``landed``: stamped by
+    its worker's waiter thread, never before ``posted``); gloo fills the posted receive buffers at
+    loopback speed, far above any cap, so the arrival of a push stands for the moment its sender
+    started it. With all W pushes there at once the block takes W x bytes / rate for each of them, the
+    simulator's fair share of a capped ingress; a push that came late (a slow worker) is charged only
+    the link time after it came, never the wait for it."""
+    arrived = [max(posted, landed[(block.id, w)].result()) for w in range(job.workers)]
+    if ingress.rate is None:
+        return [0.0] * job.workers
+    spans = []
+    for at in arrived:
+        ingress.carry(block.nbytes, at)
+        spans.append((ingress.free_at - block.nbytes / ingress.rate, ingress.free_at))
+    return [sum(max(0.0, end - max(begin, at)) for begin, end in spans) for at in arrived]
+
+
+def _send_pulls(
+    job: Job, block: Block, total: torch.Tensor, egress: Link, ready: float
+) -> tuple[float, list]:
+    """Send one block's pull to every worker once the egress link has carried the W copies (the block
+    was ready at ``ready``, when its sum, or update, was done); returns when the link started on them
+    (the head of the queue) and the sends. The W pulls leave together, each having taken W x bytes /
+    rate, as W flows sharing a capped link fairly do (the simulator's max-min share)."""
+    head = max(egress.free_at, ready) if egress.rate is not None else time.monotonic()
+    egress.carry(block.nbytes * job.workers, ready)
+    return head, [dist.isend(total, job.ps_ranks + w, tag=block.id) for w in range(job.workers)]
 
 
 def _migrate(
@@ -390,12 +468,13 @@ def run_worker(
     each iteration's gradient computation time, host-to-device and device-to-host copies included, to
     ``compute_s``, and every block's raw time from push issue to its own pull to ``raw``).
 
-    A block's sample ends when *its* pull completes. Waiting on the pulls in block order would time a
-    fast PS's block queued behind a throttled PS's block as slow as that one, and PSLD would never see
-    the difference between the servers; so one thread per PS waits on that PS's pulls, in the order the
-    PS sends them, and stamps each (gloo's ``is_completed`` only turns true inside ``wait``). The sample
-    starts when the block could first be served: at its push, or when the same PS's previous block came
-    back, whichever is later (``dequeued``), which is the simulator's sample.
+    A block's sample is the simulator's: push transfer + PS service + pull transfer (``shaped``). The
+    worker times the round trip from its first push to the block's PS to the block's own pull, and the
+    PS reports how long it held the worker's copy of the block without carrying or serving it
+    (``held_s``); both are durations on one process's clock. The pulls are waited for by one thread per
+    PS, in the order the PS sends them, each stamped as it completes (gloo's ``is_completed`` only turns
+    true inside ``wait``): waiting in block order would time a fast PS's block queued behind a
+    throttled PS's block as slow as that one.
     """
     w = rank - job.ps_ranks
     if job.device == "cuda":
@@ -406,6 +485,7 @@ def run_worker(
     owners = list(job.owners)
     samples: list[Sample] = []
     period: list[Sample] = []
+    delay = (job.push_delay or {}).get(w, 0.0)
     with ThreadPoolExecutor(max_workers=job.ps_ranks) as pool:
         for k in range(job.iterations):
             new, stop = _plan(rank, job, k, period, None, marks)
@@ -417,6 +497,8 @@ def run_worker(
             grad = compute_gradient(params, w, k, job, device)
             if compute_s is not None:
                 compute_s.append(time.perf_counter() - t0)
+            if delay > 0:
+                time.sleep(delay)  # a straggling worker (tests): the other workers' pushes wait at the PS
             issued = {}
             sends = []
             for b in job.blocks:
@@ -428,12 +510,20 @@ def run_worker(
                 by_server.setdefault(owners[b.id], []).append(
                     (b.id, dist.irecv(pulled[b.id], owners[b.id], tag=b.id))
                 )
+            reports = {r: torch.empty(len(works), dtype=torch.float64) for r, works in by_server.items()}
+            waits = [(works, dist.irecv(reports[r], r, tag=job.report_tag)) for r, works in by_server.items()]
             done: dict[int, float] = {}
-            for stamps in pool.map(_wait_in_order, by_server.values()):
+            for stamps in pool.map(_wait_in_order, *zip(*waits, strict=True)):
                 done.update(stamps)
             for r in sends:
                 r.wait()
-            for b, seconds in zip(job.blocks, dequeued(job.blocks, owners, issued, done), strict=True):
+            held = {
+                b: x
+                for r, works in by_server.items()
+                for (b, _), x in zip(works, reports[r].tolist(), strict=True)
+            }
+            times = shaped(job.blocks, owners, issued, done, held)
+            for b, seconds in zip(job.blocks, times, strict=True):
                 sample = Sample(w, owners[b.id], float(b.nbytes), seconds)
                 samples.append(sample)
                 period.append(sample)
@@ -447,34 +537,43 @@ def run_worker(
     return params, samples
 
 
-def dequeued(
-    blocks: Sequence[Block], owners: Sequence[int], issued: dict[int, float], done: dict[int, float]
+def shaped(
+    blocks: Sequence[Block],
+    owners: Sequence[int],
+    issued: dict[int, float],
+    done: dict[int, float],
+    held: dict[int, float],
 ) -> list[float]:
-    """Each block's time without its wait behind the same PS's earlier blocks of the iteration: from the
-    later of its push and the previous block's pull (of the same PS, in block order, which is the order
-    the PS serves them) to its own pull. This is the simulator's sample (``sim.psld.engine``: each
-    message's transfer from the moment it heads its connection's queue, plus the PS's service), the
-    service time of a FIFO queue (departure - max(arrival, previous departure)).
+    """Each block's sample as the simulator takes it (``sim.psld.engine``: push transfer + the PS's
+    service for the block + pull transfer, each with its message latency): the worker's round trip from
+    its first push to the block's PS in the iteration (``issued``, the reference the PS's ``held_s``
+    starts from) to the block's own pull (``done``), less what the PS reports it held the worker's copy
+    without carrying or serving it (``held``, seconds on the PS's clock).
 
-    *Why:* from push issue, a block's time also counts every block of the same PS served before it, so
-    it grows with the PS's load and not with the block's bytes. Pred(r, s) = alpha s + beta fitted on
-    that makes a PS look slow because it is loaded and fast because it is empty; the first GPU run
-    (docs/psld.md, "Real runs (GPU)") moved the whole model between PSs every few reports, three times
-    onto the throttled PS, which held only exploration blocks when it was measured."""
-    out, last = [], {}
+    What remains is the first push's transport to the PS (its latency and, on an unthrottled PS, its
+    bytes through the real transport, standing for every push of the iteration to that PS: the PS sees
+    only where a real transfer ends), the emulated NIC's carrying of the block's pushes, the PS's
+    service (summing, the vanilla update, a CPU straggler's pace) and the pull's transfer to this
+    worker. Left out: the wait for the slowest worker's push, and every queue behind earlier blocks.
+
+    *Why:* before, a PS's first block of an iteration was timed from its push (so it held the wait for the
+    slowest worker's push, 10-30 ms in the third GPU run) and every later one from the previous pull (the
+    "de-queued" sample, about 0.8 ms of latency on a loaded PS). The line fitted to that differed from the
+    simulator's, and in the third GPU run it made the real PSLD's first decision differ from its
+    calibrated simulation's (docs/psld.md, "Real runs (GPU)")."""
+    first: dict[int, float] = {}
     for b in blocks:
-        r = owners[b.id]
-        start = issued[b.id] if r not in last else max(issued[b.id], last[r])
-        out.append(done[b.id] - start)
-        last[r] = done[b.id]
-    return out
+        first.setdefault(owners[b.id], issued[b.id])
+    return [done[b.id] - first[owners[b.id]] - held[b.id] for b in blocks]
 
 
-def _wait_in_order(works: list) -> dict[int, float]:
+def _wait_in_order(works: list, report: dist.Work) -> dict[int, float]:
+    """Wait for one PS's pulls in the order it sends them, stamping each, then for its timing report."""
     stamps = {}
     for block, work in works:
         work.wait()
         stamps[block] = time.perf_counter()
+    report.wait()
     return stamps
 
 

@@ -31,8 +31,10 @@ What maps onto the runtime:
   shorter after its first decision.) A 1-iteration probe of the same job runs first in the same process
   group to pay the first-touch costs; it is not in the tables, and ``info["probe_iteration_s"]`` records
   it.
-* **Timing samples**: ``ps.run_worker`` times each block to its own pull, from its push or the same
-  PS's previous pull, whichever is later (``ps.dequeued``, the simulator's sample; see there why); the
+* **Timing samples**: the simulator's (push transfer + PS service + pull transfer): ``ps.run_worker``
+  times each block's round trip from its first push to the block's PS to the block's own pull, and
+  subtracts what that PS reports it held the worker's copy without carrying or serving it (the wait for
+  the other workers' pushes, for its CPU, its emulated NIC's queue: ``ps.held_s``, ``ps.shaped``); the
   raw push-to-pull times go to ``result.raw_samples`` for the calibration; the PREPARE
   barrier's arrival and release times (``ps.Marks``) give the iterations' boundaries.
 * **Standby PSs** (``cluster.standby``): started with the others, idle (no blocks, but in every
