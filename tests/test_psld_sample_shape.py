@@ -15,17 +15,15 @@ a few seconds each).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
 import torch.distributed as dist
 from test_psld_samples import dequeued  # the runtime's sample before shaped
 
 from policies.psld.blocks import Block
-from runtime.psld.launch import spawn_group
+from runtime.psld.launch import join_group, spawn_group
 from runtime.psld.ps import Job, block_layout, held_s, run_server, run_worker, shaped
 
 
@@ -52,10 +50,7 @@ def test_a_slow_workers_push_is_not_in_the_fast_workers_sample() -> None:
 
 
 def _rank(rank: int, world: int, port: int, job: Job, queue: Any) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, port)
     try:
         if rank < job.servers:
             run_server(rank, job)

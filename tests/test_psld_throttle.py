@@ -8,24 +8,19 @@ would take twice that (0.42 s).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
-import torch
 import torch.distributed as dist
 
-from runtime.psld.launch import spawn_group
+from runtime.psld.launch import join_group, spawn_group
 from runtime.psld.ps import Job, block_layout, run_server, run_worker
 
 RATE = 5e6
 
 
 def _rank(rank: int, world: int, port: int, job: Job, queue: Any) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, port)
     try:
         marks: list = []
         if rank < job.servers:
