@@ -263,3 +263,28 @@ def test_background_jobs_are_reaped_when_the_measurement_fails(
         assert bg.process.returncode is not None  # reaped, so no longer a process of ours
         with pytest.raises(ProcessLookupError):
             os.kill(bg.process.pid, 0)
+
+
+def test_under_load_background_starts_once_per_worker_type_and_trains_through_its_pairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two job types on two worker types: four pairs, two backgrounds (one per measured worker type),
+    each alive through both of its pairs; the rows keep the plan's order."""
+    started = _record_background(monkeypatch)
+    seen: list[tuple[str, str, list[int]]] = []
+
+    def fake_measure(job_type, scale_factor, worker_type, worker, **_) -> profile.ProfileRow:
+        alive = [id(bg) for bg in started if bg.process.poll() is None and bg.ready.is_file()]
+        seen.append((job_type, worker_type, alive))
+        rate = 10.0 / worker.slowdown
+        return profile.ProfileRow(job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate)
+
+    monkeypatch.setattr(profile, "measure", fake_measure)
+    scenario = profile.load_for_profiling(write_scenario(tmp_path))
+    rows = profile.profile_scenario(scenario, steps=2, under_load=True)
+    assert [(r.job_type, r.worker_type) for r in rows] == [(j, w) for j, _, w in profile.plan(scenario)[0]]
+    assert len(rows) == 4
+    assert [bg.worker_type for bg in started] == ["slow", "fast"]  # measured on fast, then on slow
+    by_type = {w: {tuple(alive) for _, t, alive in seen if t == w} for w in ("fast", "slow")}
+    assert by_type == {"fast": {(id(started[0]),)}, "slow": {(id(started[1]),)}}
+    assert all(bg.process.returncode is not None for bg in started)  # killed and reaped
