@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -24,6 +25,9 @@ from scenarios.errors import InputError, RunFailure
 from scenarios.kinds import AnyScenario
 from scenarios.load import load_scenario, scenario_to_dict
 from scenarios.schema import Scenario
+
+if TYPE_CHECKING:
+    from runtime.profile import ProfileRow
 
 EXIT_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -362,26 +366,49 @@ def _profile(args: argparse.Namespace) -> int:
     todo, skipped = profile.plan(scenario)  # every input check, before the first job process starts
     try:
         with progress_bar(f"profiling {scenario.name}") as progress:
-            rows = profile.profile_scenario(scenario, **length, progress=progress, under_load=args.under_load)
+            rows = profile.profile_scenario(
+                scenario, **length, progress=progress, under_load=args.under_load, measured_row=_measured
+            )
     except profile.ProfileError as err:  # a job failed: not bad input, but no traceback either
         print(f"error: {err}", file=sys.stderr)
         return 1
     written = profile.write_profile(rows, out)
     per_lease = f"{args.steps} steps" if args.steps is not None else f"{args.seconds:g} s"
     table = Table(title=f"profile of {scenario.name} ({per_lease} per measured lease)")
-    for column in ("job type", "scale", "worker", "steps/s", "load s", "save s", "start-up s"):
+    columns = (
+        "job type",
+        "scale",
+        "worker",
+        "steps/s",
+        "two leases' steps/s",
+        "load s",
+        "save s",
+        "start-up s",
+    )
+    for column in columns:
         table.add_column(column, justify="left" if column in ("job type", "worker") else "right")
     for r in rows:
         table.add_row(
             r.job_type, str(r.scale_factor), r.worker_type, f"{r.throughput:.3g}",
-            f"{r.load_s:.3f}", f"{r.save_s:.3f}", f"{r.startup_s:.2f}",
+            f"{1 / r.two_lease_step_s:.3g}", f"{r.load_s:.3f}", f"{r.save_s:.3f}", f"{r.startup_s:.2f}",
         )  # fmt: skip
     for job_type, sf, worker_type in skipped:
-        table.add_row(job_type, str(sf), worker_type, "too few GPUs", "-", "-", "-")
+        table.add_row(job_type, str(sf), worker_type, "too few GPUs", "-", "-", "-", "-")
     Console().print(table)
     for path in written:
         print(path)
     return 0
+
+
+def _measured(row: ProfileRow) -> None:
+    # One line per pair as it is measured: a long profile's log keeps every finished pair if it is cut short.
+    print(
+        f"measured {row.job_type} x{row.scale_factor} on {row.worker_type}: {row.throughput:.4g} steps/s"
+        f" (two leases' difference: {1 / row.two_lease_step_s:.4g}), start-up {row.startup_s:.2f} s,"
+        f" load {row.load_s:.3f} s, save {row.save_s:.3f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _check_policy(scenario: AnyScenario) -> None:

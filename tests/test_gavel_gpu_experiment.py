@@ -68,7 +68,7 @@ def test_realised_calibration_takes_each_pairs_rate_from_its_rounds(tmp_path: Pa
     less the restart time the run measured; a pair that never trained keeps its profile."""
     work = tmp_path / "las"
     made = shutil.ignore_patterns("compare-*", "realised-*", "results.json")
-    shutil.copytree(RESULTS / "gavel-las-gpu", work, ignore=made)
+    shutil.copytree(RESULTS / "gavel-las-gpu-run4", work, ignore=made)
     result = _compare(work, "--realised")
     jobs = pd.read_parquet(work / "real-las" / "jobs.parquet")[["job_id", "job_type"]]
     rounds = pd.read_parquet(work / "real-las" / "rounds.parquet").merge(jobs, on="job_id")

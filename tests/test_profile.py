@@ -165,7 +165,9 @@ def test_cli_profile_writes_both_files(tmp_path: Path, monkeypatch: pytest.Monke
 
     def fake_measure(job_type, scale_factor, worker_type, worker, **_) -> profile.ProfileRow:
         rate = 10.0 / worker.slowdown
-        return profile.ProfileRow(job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate)
+        return profile.ProfileRow(
+            job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate, 1 / rate
+        )
 
     monkeypatch.setattr(profile, "measure", fake_measure)
     path = write_scenario(tmp_path)
@@ -277,7 +279,9 @@ def test_under_load_background_starts_once_per_worker_type_and_trains_through_it
         alive = [id(bg) for bg in started if bg.process.poll() is None and bg.ready.is_file()]
         seen.append((job_type, worker_type, alive))
         rate = 10.0 / worker.slowdown
-        return profile.ProfileRow(job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate)
+        return profile.ProfileRow(
+            job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate, 1 / rate
+        )
 
     monkeypatch.setattr(profile, "measure", fake_measure)
     scenario = profile.load_for_profiling(write_scenario(tmp_path))
