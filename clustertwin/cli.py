@@ -375,25 +375,15 @@ def _profile(args: argparse.Namespace) -> int:
     written = profile.write_profile(rows, out)
     per_lease = f"{args.steps} steps" if args.steps is not None else f"{args.seconds:g} s"
     table = Table(title=f"profile of {scenario.name} ({per_lease} per measured lease)")
-    columns = (
-        "job type",
-        "scale",
-        "worker",
-        "steps/s",
-        "two leases' steps/s",
-        "load s",
-        "save s",
-        "start-up s",
-    )
-    for column in columns:
+    for column in ("job type", "scale", "worker", "steps/s", "load s", "save s", "start-up s"):
         table.add_column(column, justify="left" if column in ("job type", "worker") else "right")
     for r in rows:
         table.add_row(
             r.job_type, str(r.scale_factor), r.worker_type, f"{r.throughput:.3g}",
-            f"{1 / r.two_lease_step_s:.3g}", f"{r.load_s:.3f}", f"{r.save_s:.3f}", f"{r.startup_s:.2f}",
+            f"{r.load_s:.3f}", f"{r.save_s:.3f}", f"{r.startup_s:.2f}",
         )  # fmt: skip
     for job_type, sf, worker_type in skipped:
-        table.add_row(job_type, str(sf), worker_type, "too few GPUs", "-", "-", "-", "-")
+        table.add_row(job_type, str(sf), worker_type, "too few GPUs", "-", "-", "-")
     Console().print(table)
     for path in written:
         print(path)
@@ -403,9 +393,8 @@ def _profile(args: argparse.Namespace) -> int:
 def _measured(row: ProfileRow) -> None:
     # One line per pair as it is measured: a long profile's log keeps every finished pair if it is cut short.
     print(
-        f"measured {row.job_type} x{row.scale_factor} on {row.worker_type}: {row.throughput:.4g} steps/s"
-        f" (two leases' difference: {1 / row.two_lease_step_s:.4g}), start-up {row.startup_s:.2f} s,"
-        f" load {row.load_s:.3f} s, save {row.save_s:.3f} s",
+        f"measured {row.job_type} x{row.scale_factor} on {row.worker_type}: {row.throughput:.4g} steps/s,"
+        f" start-up {row.startup_s:.2f} s, load {row.load_s:.3f} s, save {row.save_s:.3f} s",
         file=sys.stderr,
         flush=True,
     )

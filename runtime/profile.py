@@ -13,18 +13,14 @@ has several ranks) for two leases:
   there, less than the jitter of the first steps' one-time costs that :func:`steady_step_s` subtracts,
   and a 40-step profile on an H100 over-stated the GPU throughputs 2-8x against the real run's rounds.
 
-The steady throughput (steps/s, Gavel's table T) is the measured lease's second half: the steps that
-began after half its seconds had passed, over their time (``LeaseReport.window_steps``), so that none of
-a process's one-time costs fall inside. It replaced the difference of the two leases' training times
-(:func:`steady_step_s`, still the answer for a lease bounded by steps or a second half of fewer than
-``_MIN_WINDOW_STEPS`` steps, and written beside it as ``two_lease_step_s``): that difference assumes the
-two processes' one-time costs are equal, which a loaded host need not honour. On the H100 host, two
-under-load profiles of one scenario taken that way differed by up to 1.45x on one pair (the LSTM on a
-CPU worker: 115 and 79 steps/s), while the real runs reached 109 and 110. From the measured lease also
-come the checkpoint load and save times (the preemption overhead of a lease that is not renewed, seed
-001 Table 5.4) and the start-up time: the rest of the wall time of the
-whole process tree, i.e. interpreter start, ``import torch``, torchrun's rendezvous and process-group
-set-up, the first steps' one-time costs, and exit. A lease of n steps thus takes
+From the two come the steady throughput (steps/s, Gavel's table T; :func:`steady_step_s` says why
+from both). A steady window (the measured lease's second half) needs no assumption about the two
+processes' one-time costs, but on the H100 host it agreed with the difference within 4% on every pair
+(docs/gavel-real.md, "Eighth session"), so the difference stays. From the measured lease also come the
+checkpoint load and save times (the preemption overhead of a lease that is not renewed, seed 001 Table
+5.4) and the start-up time: the rest of the wall time of the whole process tree, i.e. interpreter start,
+``import torch``, torchrun's rendezvous and process-group set-up, the first steps' one-time costs, and
+exit. A lease of n steps thus takes
 ``startup_s + load_s + n * step_s + save_s``.
 
 The results are written as a throughput CSV that :meth:`ThroughputTable.from_csv` reads (a scenario
@@ -100,13 +96,10 @@ ISOLATED, UNDER_LOAD = "isolated", "under-load"
 _BACKGROUND_READY_STEPS = 2
 _BACKGROUND_READY_S = 600.0
 _BACKGROUND_STEPS = 10**15  # a background job never finishes; it is killed
-# A measured lease's second half gives the throughput when it holds at least this many steps.
-_MIN_WINDOW_STEPS = 5
 
 THROUGHPUT_COLUMNS = ("job_type", "scale_factor", "worker_type", "throughput")
 OVERHEAD_COLUMNS = (
     "job_type", "scale_factor", "worker_type", "load_s", "save_s", "startup_s", "step_s", "mode",
-    "two_lease_step_s",
 )  # fmt: skip
 
 ProgressCallback = Callable[[float, str], None]
@@ -128,7 +121,6 @@ class ProfileRow:
     save_s: float  # checkpoint save at the end of a lease that is not renewed
     startup_s: float  # process start and exit around load, training and save
     step_s: float  # seconds per step: 1 / throughput
-    two_lease_step_s: float  # the same from the two leases' difference (:func:`steady_step_s`), a check
     mode: str = ISOLATED  # ISOLATED or UNDER_LOAD (module docstring)
 
 
@@ -478,9 +470,7 @@ def measure(
         run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds)
         report = _checked(run, warmup_steps, None, what)
         steps = int(report["end_step"]) - warmup_steps
-    two_lease_s = steady_step_s(warmup["seconds"], warmup_steps, report["seconds"], steps)
-    window_steps = int(report["window_steps"])
-    step_s = report["window_seconds"] / window_steps if window_steps >= _MIN_WINDOW_STEPS else two_lease_s
+    step_s = steady_step_s(warmup["seconds"], warmup_steps, report["seconds"], steps)
     return ProfileRow(
         job_type=job_type,
         scale_factor=scale_factor,
@@ -492,7 +482,6 @@ def measure(
         # so that startup + load + steps * step_s + save is the lease's wall time.
         startup_s=max(run.wall_s - report["load_s"] - report["save_s"] - steps * step_s, 0.0),
         step_s=step_s,
-        two_lease_step_s=two_lease_s,
     )
 
 
@@ -632,7 +621,6 @@ def write_profile(rows: Sequence[ProfileRow], out: Path) -> tuple[Path, Path]:
             r.worker_type,
             *map(_number, (r.load_s, r.save_s, r.startup_s, r.step_s)),
             r.mode,
-            _number(r.two_lease_step_s),
         )
         for r in rows
     ]

@@ -160,14 +160,16 @@ def test_jobs_larger_than_a_type_are_skipped(tmp_path: Path) -> None:
     assert todo == [(LM, 2, "fast")] and skipped == [(LM, 2, "slow")]
 
 
-def test_cli_profile_writes_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_profile_writes_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """The command wiring, with the measurement faked (the real one is tested above)."""
 
     def fake_measure(job_type, scale_factor, worker_type, worker, **_) -> profile.ProfileRow:
         rate = 10.0 / worker.slowdown
-        return profile.ProfileRow(
-            job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate, 1 / rate
-        )
+        if worker_type == "slow" and fail_slow:
+            raise profile.ProfileError(f"{job_type} on {worker_type}: the job process exited with status 1")
+        return profile.ProfileRow(job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate)
+
+    fail_slow = False
 
     monkeypatch.setattr(profile, "measure", fake_measure)
     path = write_scenario(tmp_path)
@@ -176,6 +178,14 @@ def test_cli_profile_writes_both_files(tmp_path: Path, monkeypatch: pytest.Monke
     table = ThroughputTable.from_csv(out)
     assert table.isolated(LM, 1, "slow") == pytest.approx(5.0)
     assert (tmp_path / "out" / "measured.overheads.csv").is_file()
+    # Each pair is reported as it is measured ...
+    assert f"measured {LM} x1 on slow: 5 steps/s" in capsys.readouterr().err
+    # ... so that a profile that fails (or is killed) part-way still shows the pairs it finished.
+    fail_slow = True
+    assert main(["profile", str(path), "--out", str(tmp_path / "failed.csv")]) == 1
+    err = capsys.readouterr().err
+    assert f"measured {LM} x1 on fast: 10 steps/s" in err and "on slow: the job process exited" in err
+    assert not (tmp_path / "failed.csv").exists()
     assert main(["profile", str(path), "--steps", "0"]) == 2
     assert main(["profile", str(path), "--out", str(tmp_path / "t.json")]) == 2
 
@@ -279,9 +289,7 @@ def test_under_load_background_starts_once_per_worker_type_and_trains_through_it
         alive = [id(bg) for bg in started if bg.process.poll() is None and bg.ready.is_file()]
         seen.append((job_type, worker_type, alive))
         rate = 10.0 / worker.slowdown
-        return profile.ProfileRow(
-            job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate, 1 / rate
-        )
+        return profile.ProfileRow(job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate)
 
     monkeypatch.setattr(profile, "measure", fake_measure)
     scenario = profile.load_for_profiling(write_scenario(tmp_path))
