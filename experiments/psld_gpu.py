@@ -3,6 +3,7 @@
 
     python -m experiments.psld_gpu run --out DIR [--quick] [--device cuda|cpu] [--tiny]
     python -m experiments.psld_gpu report --from DIR
+    python -m experiments.psld_gpu resim --from DIR
 
 ``run`` (on the GPU machine; ``--device cpu --tiny`` is a small smoke test for a CPU host) runs
 ``scenarios/psld-real-gpu.yaml`` (ResNet-18's tensors, 4 GPU workers, 3 PSs, vanilla PS, PS 2's NIC
@@ -22,6 +23,15 @@ tables of the five runs (``*_iterations.parquet``), every real block sample (``r
 the scheduler's time and the raw time from push issue) and PSLD's reports and reassignments, real and
 simulated (``{real,sim}_psld_{reports,reassignments}.parquet``). ``report`` prints the markdown table
 from DIR.
+
+Physics check, "sim with the real final map": each run is simulated once more, calibrated as above but
+with the real run's final block map pinned (``sim.psld.run``'s ``initial_owners``, read from the real
+block samples, which name each block's PS) and the scheduler never acting. It separates the simulator's
+physics (how fast that map runs) from the scheduler's choices (which map it reaches): in the 4-H100 runs
+the calibrated simulation over-predicted PSLD by 31-42% because the simulated scheduler split the model
+over two PSs where the real one ended with it on one, and with the real map pinned it came within
+-1.0%..+6.3%. ``resim`` recomputes the calibrated simulations and this check from a saved DIR only
+(``results.json``, ``calibration.json``, ``real_samples.parquet``) and prints real / sim / pinned sim.
 
 Wall time: the first run on 4 H100s and 64 cores took 95 s (80 s of it the real runs, start-up
 included); about 1 min with ``--quick``. ``--device cpu --tiny`` took 60 s on a
@@ -65,8 +75,18 @@ SIZES: dict[str, tuple[float, float, float, list[str]]] = {
         ],
     ),
 }
+# A PSLD scheduler that never acts (no variation is that large, no recheck).
+FROZEN = ["psld.straggler_threshold=1000000000.0", "psld.recheck=false"]
 # The profiling run: the PSLD layout without the straggler, the scheduler never acting.
-PROFILE = ["policy=psld", "stragglers=[]", "psld.straggler_threshold=1000000000.0", "psld.recheck=false"]
+PROFILE = ["policy=psld", "stragglers=[]", *FROZEN]
+RUNS = ("profiling", *POLICIES)  # the real runs of one launch, in order
+
+
+def run_overrides(run: str, base: list[str], profile_s: float, run_s: float, warmup_s: float) -> list[str]:
+    """The scenario overrides of one of ``RUNS`` (before the calibration's, for a simulation)."""
+    if run == "profiling":
+        return [*base, *PROFILE, f"duration_s={profile_s}", f"warmup_s={min(warmup_s, profile_s / 2)}"]
+    return [*base, f"duration_s={run_s}", f"warmup_s={warmup_s}", f"policy={run}"]
 
 
 def _rate(result) -> float:
@@ -94,18 +114,17 @@ def real_vs_sim(
     scenario: Path, base: list[str], profile_s: float, run_s: float, warmup_s: float, log=print
 ) -> dict[str, Any]:
     """The shared pipeline (also ``experiments.psld_real_vs_sim``): profiling, mxnet and PSLD for real
-    in one launch, calibration, identity check, pauses, calibrated simulations. Returns a dict with the
-    JSON-able ``results`` and the run objects under ``runs``."""
+    in one launch, calibration, identity check, pauses, calibrated simulations (and each with its real
+    run's final map pinned). Returns a dict with the JSON-able ``results``, the run objects under
+    ``runs`` and the real block samples under ``samples`` (``samples_frame``)."""
     from runtime.psld.calibrate import calibrate
     from runtime.psld.run import run_real_many
     from scenarios.load import load_scenario
     from sim.psld import run as simulate
 
     timing = [f"duration_s={run_s}", f"warmup_s={warmup_s}"]
-    profile_sc = load_scenario(
-        scenario, [*base, *PROFILE, f"duration_s={profile_s}", f"warmup_s={min(warmup_s, profile_s / 2)}"]
-    )
-    scenarios = [profile_sc] + [load_scenario(scenario, [*base, *timing, f"policy={p}"]) for p in POLICIES]
+    overrides = {run: run_overrides(run, base, profile_s, run_s, warmup_s) for run in RUNS}
+    scenarios = [load_scenario(scenario, overrides[run]) for run in RUNS]
     t0 = time.perf_counter()
     profile, *reals = run_real_many(scenarios)
     real_wall = time.perf_counter() - t0
@@ -117,16 +136,19 @@ def real_vs_sim(
     log(f"PSLD's final parameters identical to the no-reassignment reference: {identical}")
     sims = {}
     for p in POLICIES:
-        sims[p] = simulate(load_scenario(scenario, [*base, *timing, f"policy={p}", *cal.overrides()]))
+        sims[p] = simulate(load_scenario(scenario, [*overrides[p], *cal.overrides()]))
     # the calibration's own check: the simulated profiling run must not beat the real one it measured
-    profile_sim = simulate(
-        load_scenario(
-            scenario,
-            [*base, *PROFILE, f"duration_s={profile_s}", f"warmup_s={min(warmup_s, profile_s / 2)}"]
-            + cal.overrides(),
-        )
-    )
+    profile_sim = simulate(load_scenario(scenario, [*overrides["profiling"], *cal.overrides()]))
     log(f"profiling: real {_rate(profile):.3f} it/s, calibrated sim {_rate(profile_sim):.3f} it/s")
+    runs = {"real_profiling": profile, **{f"real_{p}": r for p, r in zip(POLICIES, reals, strict=True)}}
+    frame = samples_frame(runs)
+    pinned = {
+        run: _rate(
+            pinned_sim(scenario, overrides[run], cal.overrides(), final_map(frame, run, len(job.blocks)))
+        )
+        for run, job in zip(RUNS, (r.job for r in (profile, *reals)), strict=True)
+    }
+    log(f"sim with the real final map (it/s): {json.dumps(pinned)}")
     rows = []
     for p, real in zip(POLICIES, reals, strict=True):
         r, s = _rate(real), _rate(sims[p])
@@ -136,6 +158,8 @@ def real_vs_sim(
                 "real_it_s": r,
                 "sim_it_s": s,
                 "rel_error": (s - r) / r if r > 0 else math.nan,
+                "pinned_sim_it_s": pinned[p],
+                "pinned_rel_error": (pinned[p] - r) / r if r > 0 else math.nan,
                 "real_reassignments": len(real.tables["reassignments"]),
                 "sim_reassignments": len(sims[p].tables["reassignments"]),
                 "real_iterations": int(real.info["iterations_run"]),
@@ -169,6 +193,7 @@ def real_vs_sim(
         "calibration": cal.as_dict(),
         "profiling_it_s": _rate(profile),
         "profiling_sim_it_s": _rate(profile_sim),
+        "profiling_pinned_sim_it_s": pinned["profiling"],
         "table": rows,
         "speedup_real": by["psld"]["real_it_s"] / by["mxnet"]["real_it_s"],
         "speedup_sim": by["psld"]["sim_it_s"] / by["mxnet"]["sim_it_s"],
@@ -183,9 +208,82 @@ def real_vs_sim(
             for p in POLICIES
         ],
     }
-    runs = {"real_profiling": profile, **{f"real_{p}": r for p, r in zip(POLICIES, reals, strict=True)}}
     runs.update({f"sim_{p}": sims[p] for p in POLICIES})
-    return {"results": results, "runs": runs, "sim_profiling": profile_sim}
+    return {"results": results, "runs": runs, "sim_profiling": profile_sim, "samples": frame}
+
+
+def samples_frame(runs: dict[str, Any]):
+    """Every block sample of the real runs (``real_*`` of ``runs``) as one table, in each worker's order
+    (iteration-major, block order): the scheduler's time, the raw time from push issue that the
+    calibration fits, and the block's PS (so each iteration's map)."""
+    import pandas as pd
+
+    rows = [
+        (name, s.worker, s.server, s.nbytes, s.seconds, raw.seconds)
+        for name, result in runs.items()
+        if name.startswith("real_")
+        for s, raw in zip(result.samples, getattr(result, "raw_samples", result.samples), strict=True)
+    ]
+    columns = ["run", "worker", "server", "nbytes", "seconds", "raw_seconds"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def final_map(frame, run: str, blocks: int) -> list[int]:
+    """The block map (block id -> PS) of the last iteration of real run ``run`` (one of ``RUNS``), from
+    its block samples (``samples_frame``): a map holds until the next PREPARE, and the run's last
+    PREPARE only stops it, so this is the map the run ended with."""
+    worker = frame[(frame["run"] == f"real_{run}")]
+    worker = worker[worker["worker"] == worker["worker"].min()]
+    if len(worker) == 0 or len(worker) % blocks:
+        raise ValueError(f"real_{run}: {len(worker)} samples of worker 0 are no whole iterations of {blocks}")
+    return [int(x) for x in worker["server"].to_numpy()[-blocks:]]
+
+
+def pinned_sim(scenario: Path, overrides: list[str], calibration: list[str], owners: list[int]):
+    """The calibrated simulation of one run with ``owners`` pinned as its map for the whole run: the
+    scheduler never acts (``FROZEN``), so no reassignment (``sim.psld.run``'s ``initial_owners``)."""
+    from scenarios.load import load_scenario
+    from sim.psld import run as simulate
+
+    return simulate(load_scenario(scenario, [*overrides, *FROZEN, *calibration]), initial_owners=owners)
+
+
+def resim(folder: Path) -> dict[str, dict[str, float]]:
+    """From a saved run folder only: per run of ``RUNS``, the real rate (as saved), the calibrated
+    simulation as saved and recomputed now, and the calibrated simulation with the real run's final map
+    pinned (NaN where the folder has no ``real_samples.parquet``); rates in it/s."""
+    import pandas as pd
+
+    from scenarios.load import load_scenario
+    from sim.psld import run as simulate
+
+    results = json.loads((folder / "results.json").read_text())
+    calibration = json.loads((folder / "calibration.json").read_text())["overrides"]
+    scenario = ROOT / results["scenario"]
+    samples = folder / "real_samples.parquet"
+    frame = pd.read_parquet(samples) if samples.exists() else None
+    by = {row["policy"]: row for row in results["table"]}
+    real = {"profiling": results["profiling_it_s"], **{p: by[p]["real_it_s"] for p in POLICIES}}
+    saved = {"profiling": results.get("profiling_sim_it_s"), **{p: by[p]["sim_it_s"] for p in POLICIES}}
+    out = {}
+    for run in RUNS:
+        overrides = run_overrides(
+            run, results["overrides"], results["profile_s"], results["duration_s"], results["warmup_s"]
+        )
+        sim = _rate(simulate(load_scenario(scenario, [*overrides, *calibration])))
+        pinned = math.nan
+        if frame is not None:
+            # blocks per iteration: the run's samples of one worker over its iterations
+            iterations = len(pd.read_parquet(folder / f"real_{run}_iterations.parquet"))
+            blocks = int((frame["run"] == f"real_{run}").sum()) // (int(results["workers"]) * iterations)
+            pinned = _rate(pinned_sim(scenario, overrides, calibration, final_map(frame, run, blocks)))
+        out[run] = {
+            "real": real[run],
+            "sim_saved": math.nan if saved[run] is None else saved[run],
+            "sim": sim,
+            "pinned_sim": pinned,
+        }
+    return out
 
 
 def _gpus(device: str) -> list[str]:
@@ -214,16 +312,7 @@ def write(out: Path, done: dict[str, Any]) -> None:
         result.tables["iterations"].to_parquet(out / f"{name}_iterations.parquet")
     # what the scheduler saw and did: every block sample of the real runs (the scheduler's, and the raw
     # time from push issue that the calibration fits), and PSLD's reports and reassignments, real and sim
-    import pandas as pd
-
-    rows = [
-        (name, s.worker, s.server, s.nbytes, s.seconds, raw.seconds)
-        for name, result in done["runs"].items()
-        if name.startswith("real_")
-        for s, raw in zip(result.samples, getattr(result, "raw_samples", result.samples), strict=True)
-    ]
-    columns = ["run", "worker", "server", "nbytes", "seconds", "raw_seconds"]
-    pd.DataFrame(rows, columns=columns).to_parquet(out / "real_samples.parquet")
+    done["samples"].to_parquet(out / "real_samples.parquet")
     for side in ("real", "sim"):
         result = done["runs"][f"{side}_psld"]
         for table in ("reports", "reassignments"):
@@ -237,23 +326,26 @@ def report(results: dict[str, Any]) -> str:
         f" {results['servers']} PSs, {results['mode']} PS, {results['blocks']} blocks"
         f" ({results['model_bytes'] / 1e6:.1f} MB), gradient: {results['gradient']}",
         "",
-        "| policy | real it/s | sim (calibrated) it/s | sim / real − 1 | real reassignments |",
-        "|---|---|---|---|---|",
+        "| policy | real it/s | sim (calibrated) it/s | sim / real − 1 | sim with the real final map it/s"
+        " | its / real − 1 | real reassignments |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in results["table"]:
+        pinned = row.get("pinned_sim_it_s", math.nan)  # absent from runs before the check existed
+        error = _fmt(pinned / row["real_it_s"] - 1, "+.1%")
         lines.append(
             f"| {row['policy']} | {row['real_it_s']:.3f} | {row['sim_it_s']:.3f} | {row['rel_error']:+.1%} |"
-            f" {row['real_reassignments']} |"
+            f" {_fmt(pinned, '.3f')} | {error} | {row['real_reassignments']} |"
         )
     lines += [
         f"| PSLD / mxnet | {results['speedup_real']:.2f}× | {results['speedup_sim']:.2f}× |"
-        f" {results['speedup_sim'] / results['speedup_real'] - 1:+.1%} | |",
+        f" {results['speedup_sim'] / results['speedup_real'] - 1:+.1%} | | | |",
         "",
     ]
     for p in results["pauses"]:
         lines.append(
             f"* reassignment at k={p['k']}: pause {p['pause_s']:.3f} s"
-            f" (PREPARE barrier {p['barrier_s']:.3f} s + migration {p['migration_s']:.3f} s,"
+            f" (PREPARE barrier {p['barrier_s']:.3f} s + migration to RESUME {p['migration_s']:.3f} s,"
             f" {p['moved_bytes'] / 1e6:.1f} MB moved)"
         )
     within = ", ".join(f"{r['policy']} {abs(r['rel_error']) <= 0.10}" for r in results["table"])
@@ -263,14 +355,51 @@ def report(results: dict[str, Any]) -> str:
         f" simulation within 10% of the real throughput: {within}",
         f"* parameters after the reassignment(s) identical to the no-reassignment reference:"
         f" {results['params_identical']}",
+        "* sim with the real final map: the calibrated simulation with the real run's final block map"
+        " pinned and no reassignment (the simulator's physics without the scheduler's choices)",
         f"* calibration (profiling run, {results['profiling_it_s']:.3f} it/s; the calibrated simulation"
-        f" of it: {results.get('profiling_sim_it_s', math.nan):.3f} it/s):"
+        f" of it: {results.get('profiling_sim_it_s', math.nan):.3f} it/s, with the real map"
+        f" {_fmt(results.get('profiling_pinned_sim_it_s', math.nan), '.3f')} it/s):"
         f" compute {cal['compute_s'] * 1e3:.1f} ms + barrier {cal['barrier_s'] * 1e3:.1f} ms per iteration,"
         f" link {cal['link_gbps']:.2f} Gbit/s per"
-        f" process (per PS: {', '.join(f'{g:.2f}' for g in cal['link_gbps_per_ps'])}), latency"
+        f" process (per PS: {_per_ps_links(cal)}), latency"
         f" {cal['latency_s'] * 1e3:.2f} ms, summing {cal['sum_gbytes_per_s']:.2f} GB/s",
         f"* real runs' wall time (one launch, start-up included): {results['real_wall_s']:.0f} s",
     ]
+    return "\n".join(lines)
+
+
+def _per_ps_links(cal: dict[str, Any]) -> str:
+    """Each PS's link rate, "≥" where it is only a lower bound (``calibrate.link_is_bound``)."""
+    bounds = cal.get("link_gbps_per_ps_bound") or [False] * len(cal["link_gbps_per_ps"])
+    return ", ".join(
+        f"{'≥' if bound else ''}{g:.2f}" for g, bound in zip(cal["link_gbps_per_ps"], bounds, strict=True)
+    ) + (" (≥: a lower bound, the slope was not significant)" if any(bounds) else "")
+
+
+def _fmt(x: float, spec: str) -> str:
+    return "n/a" if math.isnan(x) else format(x, spec)
+
+
+def resim_report(folder: Path, rows: dict[str, dict[str, float]]) -> str:
+    """The markdown table of ``resim``'s rates for one folder."""
+    lines = [
+        f"{folder}",
+        "",
+        "| run | real it/s | sim it/s (saved) | sim it/s (now) | sim / real − 1 | sim with the real final map"
+        " it/s | its / real − 1 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run, r in rows.items():
+        cells = [
+            _fmt(r["real"], ".3f"),
+            _fmt(r["sim_saved"], ".3f"),
+            _fmt(r["sim"], ".3f"),
+            _fmt(r["sim"] / r["real"] - 1, "+.1%"),
+            _fmt(r["pinned_sim"], ".3f"),
+            _fmt(r["pinned_sim"] / r["real"] - 1, "+.1%"),
+        ]
+        lines.append(f"| {run} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -284,9 +413,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     rep = commands.add_parser("report", help="print the markdown table of a run's results")
     rep.add_argument("--from", dest="source", type=Path, required=True)
+    again = commands.add_parser(
+        "resim", help="recompute the calibrated simulations, and with the real final map, from DIR"
+    )
+    again.add_argument("--from", dest="source", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "report":
         print(report(json.loads((args.source / "results.json").read_text())))
+        return 0
+    if args.command == "resim":
+        print(resim_report(args.source, resim(args.source)))
         return 0
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     profile_s, run_s, warmup_s, extra = SIZES[size]

@@ -22,7 +22,8 @@ nothing is fitted to make a throughput come out right:
   of that rate per direction (``cluster.server_gbps``; workers run the same transport, so
   ``cluster.worker_gbps`` too): the per-node NIC model that the real host matches when each process has
   its own core. Where the slope is not significantly positive, the link does not bound that PS and the
-  rate is the slowest the measurement allows (``link_rate``), never infinite. The line is fitted on the
+  rate is the slowest the measurement allows (``link_rate``), never infinite, and is marked a lower
+  bound (``link_gbps_per_ps_bound``: the true rate may be anything above it). The line is fitted on the
   raw times from push issue (``result.raw_samples``), whose growth with the bytes ahead is the PS's
   throughput; the scheduler gets the simulator's per-block samples (``ps.shaped``), which leave that
   queue out.
@@ -66,6 +67,8 @@ class Calibration:
     report_barrier_s: float
     link_gbps: float
     link_gbps_per_ps: tuple[float, ...]
+    # per PS: True where the rate is a lower bound (``link_is_bound``), not a measured slope
+    link_gbps_per_ps_bound: tuple[bool, ...]
     latency_s: float
     sum_gbytes_per_s: float
     update_gbytes_per_s: float | None
@@ -161,12 +164,18 @@ def link_rate(line: Line, workers: int) -> float:
     (every byte it held crossed in that window, latency and waiting included, so it is a lower bound).
     Either way it is finite, and the simulator moves the PS's bytes no faster than the profiling run
     shows they moved."""
-    if line.slope > 2.0 * line.slope_se and line.slope > 0:
+    if not link_is_bound(line):
         return workers / line.slope
     upper = line.slope + 2.0 * line.slope_se
     if upper > 0:
         return workers / upper
     return workers * line.load_bytes / max(line.window_s, 1e-9)
+
+
+def link_is_bound(line: Line) -> bool:
+    """Whether ``link_rate`` of ``line`` is a lower bound of the PS's rate (either fallback: the slope is
+    not significantly above zero), not a measurement of it; the simulator is fed the bound all the same."""
+    return not (line.slope > 2.0 * line.slope_se and line.slope > 0)
 
 
 def calibrate(result: RunResult) -> Calibration:
@@ -197,6 +206,7 @@ def calibrate(result: RunResult) -> Calibration:
         report_barrier_s=float(np.mean(reporting)) if len(reporting) else 0.0,
         link_gbps=link,
         link_gbps_per_ps=rates,
+        link_gbps_per_ps_bound=tuple(link_is_bound(line) for line in lines.values()),
         latency_s=latency,
         sum_gbytes_per_s=float(sum_rate),
         update_gbytes_per_s=update,
@@ -220,4 +230,12 @@ def algorithm3_seconds(result: RunResult, repeats: int = 3) -> float:
     return float(np.median(times))
 
 
-__all__ = ["Calibration", "Line", "algorithm3_seconds", "calibrate", "link_rate", "per_ps_lines"]
+__all__ = [
+    "Calibration",
+    "Line",
+    "algorithm3_seconds",
+    "calibrate",
+    "link_is_bound",
+    "link_rate",
+    "per_ps_lines",
+]

@@ -14,12 +14,14 @@ reports (server, bytes, seconds) samples. A worker computes its gradient on the 
 closed-form toy or a linear layer's gradient over a synthetic minibatch (``Job.gradient``). A throttled
 PS emulates a capped NIC, each direction paced concurrently (``run_server``).
 
-Re-sharding (seed 002, §5 and Figs. 9-10): at every iteration boundary the scheduler broadcasts the plan
-(``PREPARE(map_v+1, k*)``) to all ranks; the broadcast is also the point where every rank is blocked. At
-k* the PSs migrate the moved blocks' parameters and momentum (vanilla only), in one global block order so
-blocking send/recv pairs always match, and everyone resumes on the new map. A scale-out (ADD_SERVER) is
-such a re-sharding whose map gives blocks to a standby PS: it was in every PREPARE from the start, so
-activating it needs no change of the process group (seed 002 notes §7.2's standby pool).
+Re-sharding (seed 002, §5 and Figs. 9-10: prepare, block, migrate, resume): at every iteration boundary
+the scheduler broadcasts the plan (``PREPARE(map_v+1, k*)``) to all ranks; the broadcast is also the
+point where every rank is blocked. At k* the PSs migrate the moved blocks' parameters and momentum
+(vanilla only), in one global block order so blocking send/recv pairs always match, while the workers
+stay blocked; then every rank meets at the RESUME barrier (``resume``) and iteration k* runs on the new
+map. A scale-out (ADD_SERVER) is such a re-sharding whose map gives blocks to a standby PS: it was in
+every PREPARE from the start, so activating it needs no change of the process group (seed 002 notes
+§7.2's standby pool).
 """
 
 from __future__ import annotations
@@ -239,14 +241,26 @@ def _plan(
     return new, stop
 
 
+def resume() -> None:
+    """RESUME after a PREPARE that carried a new map: every rank waits here until every PS has finished
+    its migration and holds the new map (seed 002 §5: prepare, block, migrate, resume).
+
+    *Why:* released at PREPARE, the workers pushed iteration k*'s gradients while the PSs were still
+    migrating (a PS posts its receives only after its migration), so every sample of iteration k* held
+    the migration (243 ms against 0.5-30 ms in a GPU run) and the next report's fit went through it; the
+    simulator's workers, as the paper's, stay blocked until the migration ends."""
+    dist.barrier()
+
+
 @dataclass
 class ServerStats:
     """What a PS measures about itself (the simulator's PS CPU costs, and the re-sharding pause).
 
     ``sum_bytes``/``sum_s``: push bytes summed and the seconds it took (the simulator's summing rate per
     core: a PS is one process on one thread); ``update_bytes``/``update_s``: the same for the vanilla
-    optimizer; ``migration_s``: per reassignment, (k*, seconds from the PREPARE release to this PS's last
-    migrated block)."""
+    optimizer; ``migration_s``: per reassignment, (k*, seconds from the PREPARE release to this PS's
+    RESUME: its own migration (vanilla), then the wait for every other PS's), so the slowest PS's is how
+    long the workers stayed blocked after the PREPARE barrier."""
 
     sum_bytes: float = 0.0
     sum_s: float = 0.0
@@ -307,9 +321,10 @@ def run_server(
                 released = time.perf_counter()
                 if job.mode == "vanilla":
                     _migrate(rank, job, owners, new, held, ingress, egress)
-                    if stats is not None:
-                        stats.migration_s.append((k, time.perf_counter() - released))
                 owners = list(new)
+                resume()
+                if stats is not None:
+                    stats.migration_s.append((k, time.perf_counter() - released))
             mine = [b for b in job.blocks if owners[b.id] == rank]
             bufs = {
                 (b.id, w): torch.empty(b.nbytes // 8, dtype=torch.float64)
@@ -493,6 +508,7 @@ def run_worker(
                 break
             if new is not None:
                 owners = list(new)
+                resume()  # blocked until the PSs have migrated: k*'s samples hold no migration
             t0 = time.perf_counter()
             grad = compute_gradient(params, w, k, job, device)
             if compute_s is not None:

@@ -60,11 +60,13 @@ loopback TCP, this host's cores and the runtime's gradient instead of the model'
 
 ``reassignments.added`` is the activated standby PS of a scale-out (-1 otherwise), and ``loads`` lists
 every PS, standby ones included (0 bytes until activated), as the simulator does.
-``reassignments.suspended_s`` is the re-sharding pause: the PREPARE barrier (the last rank's arrival to
-the last rank's release) plus, in vanilla mode, the slowest PS's state migration after it
-(``result.measured["pauses"]`` has both). ``iterations.start_s`` / ``end_s`` are the first worker's
-release from / the last worker's arrival at the PREPARE barrier that opens / closes each iteration, on
-the host's monotonic clock (shared by all processes), from the main job's start.
+``reassignments.suspended_s`` is the re-sharding pause, the time the workers are blocked: the PREPARE
+barrier (the last rank's arrival to the last rank's release) plus what the slowest PS took from that
+release to the RESUME barrier (its vanilla state migration, then the barrier: ``ps.resume``; the
+workers start iteration k* only then) (``result.measured["pauses"]`` has both). ``iterations.start_s``
+/ ``end_s`` are the first worker's release from / the last worker's arrival at the PREPARE barrier that
+opens / closes each iteration (so iteration k* of a reassignment holds the migration), on the host's
+monotonic clock (shared by all processes), from the main job's start.
 """
 
 from __future__ import annotations
@@ -303,7 +305,8 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
         arrive[rank, iters] = end - origin
     records = out[0][3][1]
     changes_at = {rec[0]: rec for rec in records if rec[2].action != "none"}
-    # vanilla state migration after each PREPARE: the slowest PS's (release -> its last block moved)
+    # after each PREPARE that reassigned: the slowest PS's release -> RESUME (its vanilla migration and
+    # the wait for the others'), the part of the pause after the PREPARE barrier
     migration: dict[int, float] = {}
     for r in range(S):
         for k, seconds in out[r][3][2].migration_s:
@@ -403,7 +406,8 @@ def run_real_many(
     ``result.measured`` holds what the runtime measured for a calibration: ``compute_s`` (per worker,
     per iteration: the gradient computation with its host<->device copies), per PS ``sum_bytes`` and
     ``sum_s`` (summing), ``update_bytes``/``update_s`` (vanilla SGD) and ``pauses`` (per reassignment:
-    ``k``, the PREPARE ``barrier_s`` and the slowest PS's vanilla ``migration_s``).
+    ``k``, the PREPARE ``barrier_s`` and ``migration_s``: the slowest PS's from the PREPARE release to the
+    RESUME barrier, its vanilla migration included; the workers are blocked for both).
     """
     import hashlib
 

@@ -11,7 +11,7 @@ timeline, then runs ``sim.psld.engine.Engine``. Tables (contract in ``scenarios.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -50,8 +50,18 @@ def straggler_timeline(scenario: PSLDScenario) -> list[Change]:
     return sorted(out, key=lambda ch: ch.time_s)
 
 
-def run(scenario: PSLDScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
-    """Simulate one PSLD scenario and return its event tables."""
+def run(
+    scenario: PSLDScenario,
+    progress: Callable[[float, str], None] | None = None,
+    *,
+    initial_owners: Sequence[int] | None = None,
+) -> RunResult:
+    """Simulate one PSLD scenario and return its event tables.
+
+    ``initial_owners`` (block id -> PS, one per block of the policy's layout) replaces the policy's
+    initial map, which is how a given map is simulated: a real run's final one, say, pinned with a
+    non-adaptive policy or a scheduler that never acts (``psld.straggler_threshold`` huge,
+    ``psld.recheck: false``)."""
     wall0 = time.perf_counter()
     c, p = scenario.cluster, scenario.psld
     model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
@@ -68,6 +78,12 @@ def run(scenario: PSLDScenario, progress: Callable[[float, str], None] | None = 
     else:
         blocks = split_blocks(model.tensors, scenario.block_bytes)
         owners = round_robin_owners(len(blocks), servers)
+    if initial_owners is not None:
+        if len(initial_owners) != len(blocks) or not set(initial_owners) <= set(servers):
+            raise ValueError(
+                f"initial_owners must give each of the {len(blocks)} blocks one of the PSs {servers}"
+            )
+        owners = list(initial_owners)
     sizes = [b.nbytes for b in blocks]
     controller = None
     if scenario.policy in ADAPTIVE:
