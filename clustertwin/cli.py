@@ -143,6 +143,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     length.add_argument("--steps", type=int, help="a measured lease of this many steps instead of --seconds")
     profile.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measured leases per pair, each a process of its own; the pair gets their median (default: 1)",
+    )
+    profile.add_argument(
         "--under-load",
         action="store_true",
         help="measure each pair while every other CPU worker slot trains a background job, as in a real"
@@ -367,7 +373,12 @@ def _profile(args: argparse.Namespace) -> int:
     try:
         with progress_bar(f"profiling {scenario.name}") as progress:
             rows = profile.profile_scenario(
-                scenario, **length, progress=progress, under_load=args.under_load, measured_row=_measured
+                scenario,
+                **length,
+                progress=progress,
+                under_load=args.under_load,
+                measured_row=_measured,
+                repeats=args.repeats,
             )
     except profile.ProfileError as err:  # a job failed: not bad input, but no traceback either
         print(f"error: {err}", file=sys.stderr)
@@ -393,8 +404,9 @@ def _profile(args: argparse.Namespace) -> int:
 def _measured(row: ProfileRow) -> None:
     # One line per pair as it is measured: a long profile's log keeps every finished pair if it is cut short.
     print(
-        f"measured {row.job_type} x{row.scale_factor} on {row.worker_type}: {row.throughput:.4g} steps/s,"
-        f" start-up {row.startup_s:.2f} s, load {row.load_s:.3f} s, save {row.save_s:.3f} s",
+        f"measured {row.job_type} x{row.scale_factor} on {row.worker_type}: {row.throughput:.4g} steps/s"
+        f" (two leases' difference: {1 / row.two_lease_step_s:.4g}), start-up {row.startup_s:.2f} s,"
+        f" load {row.load_s:.3f} s, save {row.save_s:.3f} s",
         file=sys.stderr,
         flush=True,
     )

@@ -1,8 +1,9 @@
 """Simulator fidelity for Gavel on a GPU machine (issue: Gavel for real; cf. seed 001 Table 5.3).
 
     python3 experiments/gavel_gpu_fidelity.py run --work DIR --policies las [ftf] [--target-s 1000]
-        [--isolated-profile]
+        [--isolated-profile] [--repeats N]
     python3 experiments/gavel_gpu_fidelity.py compare --work DIR [--realised]
+    python3 experiments/gavel_gpu_fidelity.py rates REAL_DIR...
 
 ``run`` (on the GPU machine):
 
@@ -32,6 +33,10 @@ simulator's: each run is also simulated from ``realised-<policy>.throughputs.csv
 (:func:`realised_throughputs`), and the policy starting from the profile and learning each job's rates
 from its rounds, as the real scheduler does (``mechanism.planned_throughputs``), into
 ``compare-<policy>-realised/`` and ``results.json``'s ``realised``.
+
+``rates`` (anywhere) prints, per pair of a real run, the median rate of its rounds that renewed a process
+and of those that started one, and how the renewed rounds' rate moves with the number of CPU worker
+slots busy in the round (:func:`round_rates`): whether the host's load or a process's age moves a rate.
 """
 
 from __future__ import annotations
@@ -39,12 +44,17 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runtime.profile import overheads_path
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "gavel-real-gpu.yaml"
@@ -147,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
         name = "profile" if len(args.policies) == 1 else f"profile-{policy}"
         device = [] if args.cpu_only else [f"real.workers.gpu.cuda_devices=[{gpu}]"]
         out = work / f"{name}.throughputs.csv"
-        args_ = ("profile", str(SCENARIO), *flags(extra + device), "--out", str(out), "--seconds", "8", *load)
+        length = ("--seconds", "8", "--repeats", str(args.repeats))
+        args_ = ("profile", str(SCENARIO), *flags(extra + device), "--out", str(out), *length, *load)
         profiles[policy] = (out, clustertwin(*args_, cpus=cores))
     for _, process in profiles.values():
         check(process)
@@ -171,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
     predicted = {p: simulated_makespan(calibrated(work, p) + policy_overrides(p)) for p in args.policies}
     plan |= {
         "profile_mode": "under-load" if args.under_load else "isolated",
+        "profile_repeats": args.repeats,
         "scale": low,
         "predicted_makespan_s": predicted,
     }
@@ -274,6 +286,55 @@ def unfinished(partial: Path) -> dict[str, object]:
     }
 
 
+def round_rates(real: Path) -> pd.DataFrame:
+    """Per (job type, worker type) of the real run ``real``: the median rate of its full-length rounds
+    that renewed a process and of those that started one (less the restart time the run measured), and
+    the slope of the renewed rounds' rate against the number of CPU worker slots busy in that round, as
+    a fraction of the pair's median per slot. A host whose CPU workers slow each other down gives a
+    negative slope."""
+    import numpy as np
+    import pandas as pd
+
+    jobs = pd.read_parquet(real / "jobs.parquet")[["job_id", "job_type"]]
+    rounds = pd.read_parquet(real / "rounds.parquet").merge(jobs, on="job_id")
+    summary = real / "summary.json"
+    restart = json.loads(summary.read_text())["run"]["round_overhead_s"] if summary.is_file() else {}
+    from scenarios.load import load_scenario
+
+    workers = load_scenario(SCENARIO).real.workers  # the experiment's worker types
+    cpu = [name for name, worker in workers.items() if worker.device == "cpu"]
+    busy = rounds[rounds["worker_type"].isin(cpu)].groupby("round").size().rename("busy_cpu_slots")
+    rounds = rounds.merge(busy, left_on="round", right_index=True, how="left").fillna({"busy_cpu_slots": 0})
+    length = rounds["end_s"] - rounds["start_s"]
+    started = (
+        rounds["worker_type"].map(lambda t: restart.get(f"{t}/started", 0.0)).where(~rounds["renewed"], 0.0)
+    )
+    rounds["rate"] = rounds["steps"] / (length - started)
+    full = rounds[length >= 0.9 * length.max()]
+    rows = []
+    for (job_type, worker_type), pair in full.groupby(["job_type", "worker_type"]):
+        renewed, fresh = pair[pair["renewed"]], pair[~pair["renewed"]]
+        slope = math.nan
+        if len(renewed) >= 3 and renewed["busy_cpu_slots"].nunique() >= 2:
+            slope = float(
+                np.polyfit(renewed["busy_cpu_slots"], renewed["rate"] / renewed["rate"].median(), 1)[0]
+            )
+        rows.append((job_type, worker_type, len(renewed), renewed["rate"].median(), len(fresh),
+                     fresh["rate"].median(), slope))  # fmt: skip
+    columns = ["job_type", "worker_type", "renewed_rounds", "renewed_rate", "started_rounds", "started_rate",
+               "slope_per_busy_slot"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def rates(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", None):
+        for real in args.real:
+            print(f"{real}\n{round_rates(real).round(3).to_string(index=False)}\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -283,6 +344,12 @@ def main() -> int:
     real.add_argument("--gpus", type=int, nargs="+", default=[0, 1])
     real.add_argument("--target-s", type=float, default=1000.0)
     real.add_argument("--cpu-only", action="store_true", help="a dry run with the gpu type on a CPU")
+    real.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measured leases per profiled pair, their median taken (each one adds about 20 s per pair)",
+    )
     real.add_argument(
         "--under-load",
         dest="under_load",
@@ -303,10 +370,14 @@ def main() -> int:
         action="store_true",
         help="also simulate each run calibrated by the rates it reached (a diagnosis of the profile)",
     )
+    load = commands.add_parser(
+        "rates", help="a real run's per-pair rates in renewed and started rounds, and against the host's load"
+    )
+    load.add_argument("real", type=Path, nargs="+", help="a real run's folder (real-<policy>/)")
     args = parser.parse_args()
     if args.command == "run" and len(args.policies) > 2:
         parser.error("at most two policies run at once")
-    return run(args) if args.command == "run" else compare(args)
+    return {"run": run, "compare": compare, "rates": rates}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,11 @@ class LeaseReport:
     seconds: float  # training time, excluding checkpoint load and save
     load_s: float
     save_s: float
+    # The lease's second half: the steps that began after half its seconds had passed, and their time.
+    # Its rate is the process's steady one, free of the first steps' one-time costs: the profiler's
+    # throughput (``runtime.profile.measure``).
+    window_steps: int = 0
+    window_seconds: float = 0.0
 
     @property
     def steps(self) -> int:
@@ -128,8 +133,11 @@ class Trainer:
         start_step = state.step
         limit = min(self.total_steps, start_step + lease.max_steps)
         started = time.perf_counter()
+        window: tuple[int, float] | None = None
         while state.step < limit:
             step_started = time.perf_counter()
+            if window is None and step_started - started >= lease.max_seconds / 2:
+                window = (state.step, step_started)
             inputs, targets = (t.to(device) for t in self.workload.batch(self.seed, state.step, self.rank))
             state.optimizer.zero_grad(set_to_none=True)
             self.workload.loss(self.model, (inputs, targets)).backward()
@@ -142,7 +150,11 @@ class Trainer:
                 time.sleep((self.slowdown - 1.0) * compute)
             if _lease_over(time.perf_counter() - started >= lease.max_seconds, self.distributed, device):
                 break
-        return LeaseReport(start_step, state.step, time.perf_counter() - started, 0.0, 0.0)
+        ended = time.perf_counter()
+        first, opened = window if window is not None else (state.step, ended)
+        return LeaseReport(
+            start_step, state.step, ended - started, 0.0, 0.0, state.step - first, ended - opened
+        )
 
     def save(self) -> float:
         """Write the checkpoint (rank 0 only; every rank waits for it); returns the seconds it took."""

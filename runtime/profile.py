@@ -13,15 +13,27 @@ has several ranks) for two leases:
   there, less than the jitter of the first steps' one-time costs that :func:`steady_step_s` subtracts,
   and a 40-step profile on an H100 over-stated the GPU throughputs 2-8x against the real run's rounds.
 
-From the two come the steady throughput (steps/s, Gavel's table T; :func:`steady_step_s` says why
-from both). A steady window (the measured lease's second half) needs no assumption about the two
-processes' one-time costs, but on the H100 host it agreed with the difference within 4% on every pair
-(docs/gavel-real.md, "Eighth session"), so the difference stays. From the measured lease also come the
-checkpoint load and save times (the preemption overhead of a lease that is not renewed, seed 001 Table
-5.4) and the start-up time: the rest of the wall time of the whole process tree, i.e. interpreter start,
-``import torch``, torchrun's rendezvous and process-group set-up, the first steps' one-time costs, and
-exit. A lease of n steps thus takes
+The steady throughput (steps/s, Gavel's table T) is the measured lease's second half: the steps that
+began after half its seconds had passed, over their time (``LeaseReport.window_steps``), so that none of
+a process's one-time costs fall inside. The difference of the two leases' training times
+(:func:`steady_step_s`) is the answer for a lease bounded by steps or a second half of fewer than
+``_MIN_WINDOW_STEPS`` steps, and is written beside it (``two_lease_step_s``). It assumes the two
+processes pay equal one-time costs. On the H100 host, with 8-s leases, the two agreed within 4% on
+every pair (docs/gavel-real.md, "Eighth session"); on a 2-core VM loaded by other work, with 2-s leases,
+the difference put ResNet-18 on a worker slowed 2x at 26.9 steps/s, faster than the unslowed worker's
+11.5, where the window does not depend on how the two processes' start-ups compare.
+
+From the measured lease also come the checkpoint load and save times (the preemption overhead of a lease
+that is not renewed, seed 001 Table 5.4) and the start-up time: the rest of the wall time of the whole
+process tree, i.e. interpreter start, ``import torch``, torchrun's rendezvous and process-group set-up,
+the first steps' one-time costs, and exit. A lease of n steps thus takes
 ``startup_s + load_s + n * step_s + save_s``.
+
+With ``repeats`` > 1 each pair gets that many measured leases, each a process of its own resuming where
+the last one saved, and its median. One 8-s lease is one draw from a distribution: in the GPU host's
+real runs a pair's 60-s rounds ran at 0.86-1.13x of their median, and a profile's single leases were
+off what the run then reached by a factor 0.7 or 1.4 on one or two pairs per profile
+(docs/gavel-real.md, "Eighth session").
 
 The results are written as a throughput CSV that :meth:`ThroughputTable.from_csv` reads (a scenario
 uses it by naming it in ``throughputs:``) and an overhead CSV beside it, whose ``mode`` column says how
@@ -96,10 +108,13 @@ ISOLATED, UNDER_LOAD = "isolated", "under-load"
 _BACKGROUND_READY_STEPS = 2
 _BACKGROUND_READY_S = 600.0
 _BACKGROUND_STEPS = 10**15  # a background job never finishes; it is killed
+# A measured lease's second half gives the throughput when it holds at least this many steps.
+_MIN_WINDOW_STEPS = 5
 
 THROUGHPUT_COLUMNS = ("job_type", "scale_factor", "worker_type", "throughput")
 OVERHEAD_COLUMNS = (
     "job_type", "scale_factor", "worker_type", "load_s", "save_s", "startup_s", "step_s", "mode",
+    "two_lease_step_s",
 )  # fmt: skip
 
 ProgressCallback = Callable[[float, str], None]
@@ -121,6 +136,7 @@ class ProfileRow:
     save_s: float  # checkpoint save at the end of a lease that is not renewed
     startup_s: float  # process start and exit around load, training and save
     step_s: float  # seconds per step: 1 / throughput
+    two_lease_step_s: float  # the same from the two leases' difference (:func:`steady_step_s`), a check
     mode: str = ISOLATED  # ISOLATED or UNDER_LOAD (module docstring)
 
 
@@ -224,15 +240,19 @@ def profile_scenario(
     progress: ProgressCallback | None = None,
     under_load: bool = False,
     measured_row: Callable[[ProfileRow], None] | None = None,
+    repeats: int = 1,
 ) -> list[ProfileRow]:
     """Measure every pair of :func:`plan`, one at a time (concurrent measured jobs would share cores
     and skew each other's numbers); with ``under_load`` each on a busy host (module docstring). The
     measured lease lasts ``seconds`` of training when given, else ``steps`` steps. ``measured_row`` is
-    called with each pair's row as soon as it is measured, so that a profile cut short keeps its pairs."""
+    called with each pair's row as soon as it is measured, so that a profile cut short keeps its pairs.
+    ``repeats`` measured leases per pair give its median (:func:`measure`)."""
     if steps < 1 or warmup_steps < 1:
         raise InputError("--steps", f"steps and warm-up steps must be >= 1 (got {steps}, {warmup_steps})")
     if seconds is not None and not seconds > 0:
         raise InputError("--seconds", f"a measured lease needs a positive length (got {seconds})")
+    if repeats < 1:
+        raise InputError("--repeats", f"each pair needs at least one measured lease (got {repeats})")
     todo, _ = plan(scenario)
     real = scenario.real
     assert real is not None
@@ -274,6 +294,7 @@ def profile_scenario(
                         warmup_steps=warmup_steps,
                         workdir=Path(scratch) / str(index),
                         seed=scenario.seed,
+                        repeats=repeats,
                     )
                     measured[index] = replace(row, mode=mode)
                     if measured_row is not None:
@@ -455,34 +476,46 @@ def measure(
     workdir: Path,
     seed: int = 0,
     seconds: float | None = None,
+    repeats: int = 1,
 ) -> ProfileRow:
-    """Warm-up lease, then the measured lease (``seconds`` of training if given, else ``steps`` steps),
-    of one job on one worker type."""
+    """Warm-up lease, then ``repeats`` measured leases (``seconds`` of training if given, else ``steps``
+    steps), each a process of its own resuming where the last one saved, of one job on one worker type.
+    The row is the measured lease of the median throughput (the lower middle one for an even count)."""
     workdir.mkdir(parents=True, exist_ok=True)
     what = f"{job_type} x{scale_factor} on {worker_type}"
-    total = warmup_steps + steps if seconds is None else _OPEN_ENDED
+    total = warmup_steps + repeats * steps if seconds is None else _OPEN_ENDED
     lease = (job_type, scale_factor, worker, threads, workdir)
     warmup = _checked(run_job_lease(*lease, warmup_steps, total, seed), 0, warmup_steps, what)
-    if seconds is None:
-        run = run_job_lease(*lease, steps, total, seed)
-        report = _checked(run, warmup_steps, steps, what)
-    else:
-        run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds)
-        report = _checked(run, warmup_steps, None, what)
-        steps = int(report["end_step"]) - warmup_steps
-    step_s = steady_step_s(warmup["seconds"], warmup_steps, report["seconds"], steps)
-    return ProfileRow(
-        job_type=job_type,
-        scale_factor=scale_factor,
-        worker_type=worker_type,
-        throughput=1.0 / step_s,
-        load_s=report["load_s"],
-        save_s=report["save_s"],
-        # Everything else a restarted lease pays beyond steady training, its first slow steps included,
-        # so that startup + load + steps * step_s + save is the lease's wall time.
-        startup_s=max(run.wall_s - report["load_s"] - report["save_s"] - steps * step_s, 0.0),
-        step_s=step_s,
-    )
+    rows, start = [], warmup_steps
+    for _ in range(repeats):
+        if seconds is None:
+            run = run_job_lease(*lease, steps, total, seed)
+            report = _checked(run, start, steps, what)
+        else:
+            run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds)
+            report = _checked(run, start, None, what)
+        trained = int(report["end_step"]) - start
+        start = int(report["end_step"])
+        # Every measured lease is a fresh process, as the warm-up was: the same one-time costs to cancel.
+        two_lease_s = steady_step_s(warmup["seconds"], warmup_steps, report["seconds"], trained)
+        window_steps = int(report["window_steps"])
+        step_s = report["window_seconds"] / window_steps if window_steps >= _MIN_WINDOW_STEPS else two_lease_s
+        rows.append(
+            ProfileRow(
+                job_type=job_type,
+                scale_factor=scale_factor,
+                worker_type=worker_type,
+                throughput=1.0 / step_s,
+                load_s=report["load_s"],
+                save_s=report["save_s"],
+                # Everything else a restarted lease pays beyond steady training, its first slow steps
+                # included, so that startup + load + steps * step_s + save is the lease's wall time.
+                startup_s=max(run.wall_s - report["load_s"] - report["save_s"] - trained * step_s, 0.0),
+                step_s=step_s,
+                two_lease_step_s=two_lease_s,
+            )
+        )
+    return sorted(rows, key=lambda row: row.throughput)[(len(rows) - 1) // 2]
 
 
 def steady_step_s(short_s: float, short_steps: int, long_s: float, long_steps: int) -> float:
@@ -621,6 +654,7 @@ def write_profile(rows: Sequence[ProfileRow], out: Path) -> tuple[Path, Path]:
             r.worker_type,
             *map(_number, (r.load_s, r.save_s, r.startup_s, r.step_s)),
             r.mode,
+            _number(r.two_lease_step_s),
         )
         for r in rows
     ]

@@ -116,6 +116,40 @@ def test_a_measured_lease_bounded_by_time_trains_that_long(
         profile.profile_scenario(scenario, seconds=0.0)
 
 
+def test_repeated_measured_leases_resume_in_turn_and_give_the_median(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Faked job processes: every lease pays 1 s once, then steps at a per-lease rate; the second lease
+    # is disturbed (a third of the rate), as a measured lease sharing its core would be.
+    rates = iter([10.0, 50.0, 50.0 / 3, 40.0])  # the warm-up, then three measured leases
+    starts: list[int] = []
+
+    def lease(job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0):
+        start = starts[-1] if starts else 0
+        rate = next(rates)
+        steps = max_steps if max_seconds >= 3600.0 else int(rate * max_seconds)
+        end = start + steps
+        starts.append(end)
+        half = steps // 2
+        report = {"start_step": start, "end_step": end, "seconds": 1.0 + steps / rate, "load_s": 0.2,
+                  "save_s": 0.1, "window_steps": half, "window_seconds": half / rate}  # fmt: skip
+        return profile.LeaseRun(report, report["seconds"] + 2.0)
+
+    monkeypatch.setattr(profile, "run_job_lease", lease)
+    worker = profile.RealWorker(device="cpu")
+    row = profile.measure(
+        LM, 1, "fast", worker, threads=1, steps=10, warmup_steps=3, workdir=tmp_path, seconds=4.0, repeats=3
+    )
+    # Each measured lease resumed where the last one saved (the faked job checks nothing; _checked does).
+    assert starts == [3, 3 + 200, 3 + 200 + 66, 3 + 200 + 66 + 160]
+    # The median of the three (50, 16.7 and 40 steps/s over their second halves) is the 40 steps/s lease;
+    # the check beside it is that lease's difference from the warm-up (1.3 s for its 3 steps).
+    assert row.throughput == pytest.approx(40.0)
+    assert row.two_lease_step_s == pytest.approx(profile.steady_step_s(1.3, 3, 1.0 + 160 / 40.0, 160))
+    with pytest.raises(InputError, match="--repeats"):
+        profile.profile_scenario(profile.load_for_profiling(write_scenario(tmp_path)), repeats=0)
+
+
 def test_steady_step_time_cancels_the_first_steps_one_time_cost() -> None:
     # Both leases pay 2 s once, then 0.1 s a step.
     assert profile.steady_step_s(2.0 + 3 * 0.1, 3, 2.0 + 30 * 0.1, 30) == pytest.approx(0.1)
@@ -167,7 +201,9 @@ def test_cli_profile_writes_both_files(tmp_path: Path, monkeypatch: pytest.Monke
         rate = 10.0 / worker.slowdown
         if worker_type == "slow" and fail_slow:
             raise profile.ProfileError(f"{job_type} on {worker_type}: the job process exited with status 1")
-        return profile.ProfileRow(job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate)
+        return profile.ProfileRow(
+            job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate, 1 / rate
+        )
 
     fail_slow = False
 
@@ -289,7 +325,9 @@ def test_under_load_background_starts_once_per_worker_type_and_trains_through_it
         alive = [id(bg) for bg in started if bg.process.poll() is None and bg.ready.is_file()]
         seen.append((job_type, worker_type, alive))
         rate = 10.0 / worker.slowdown
-        return profile.ProfileRow(job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate)
+        return profile.ProfileRow(
+            job_type, scale_factor, worker_type, rate, 0.01, 0.02, 1.5, 1 / rate, 1 / rate
+        )
 
     monkeypatch.setattr(profile, "measure", fake_measure)
     scenario = profile.load_for_profiling(write_scenario(tmp_path))

@@ -66,6 +66,40 @@ def test_slowdown_emulates_a_slower_type(tmp_path: Path) -> None:
     assert slow.throughput < fast.throughput / 1.8
 
 
+class _PacedWorkload(Workload):
+    """A tiny model whose steps take ``step_s`` (slept, so a busy test machine barely moves them) and
+    whose first step in a process pays ``first_step_s`` more, as lazy kernel set-up does."""
+
+    step_s, first_step_s = 0.02, 1.0
+
+    def model(self) -> torch.nn.Module:
+        return torch.nn.Linear(4, 1)
+
+    def batch(self, seed: int, step: int, rank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        first = not getattr(self, "_paid", False)
+        object.__setattr__(self, "_paid", True)
+        time.sleep(self.step_s + (self.first_step_s if first else 0.0))
+        return torch.ones(2, 4), torch.zeros(2, 1)
+
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(model(batch[0]), batch[1])
+
+
+def test_lease_second_half_leaves_the_one_time_costs_out(tmp_path: Path) -> None:
+    workload = _PacedWorkload("recommendation", 2)
+    report = run_lease(workload, tmp_path / "job.pt", Lease(10**9, 2.0), total_steps=10**9)
+    # The window opens at the first step that begins after half the lease (1 s) and runs to its end.
+    assert 0 < report.window_steps < report.steps
+    assert 0 < report.window_seconds <= report.seconds - 1.0 + 1e-6
+    window_rate = report.window_steps / report.window_seconds
+    # Steady steps take at least step_s, so no honest window runs faster than 1 / step_s ...
+    assert 0.6 / workload.step_s < window_rate <= 1.0 / workload.step_s
+    # ... while the whole lease's rate carries the 1 s one-time cost: about half the steady rate.
+    assert report.throughput < 0.7 * window_rate
+    # A lease bounded by steps has no second half to speak of.
+    assert run_lease(workload, tmp_path / "n.pt", Lease(3, 1e9), total_steps=100).window_steps == 0
+
+
 def test_gavel_job_types_map_to_families() -> None:
     assert workload_for("ResNet-18 (batch size 64)").family == "image"
     assert workload_for("LM (batch size 20)").family == "language"
