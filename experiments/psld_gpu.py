@@ -1,9 +1,9 @@
 """PSLD with GPU workers for real, next to a simulation calibrated from a profiling run (issue 5, must-show
 3; seed 002 §6.1 and §5.2; docs/psld.md, "Real runs (GPU)").
 
-    python -m experiments.psld_gpu run --out DIR [--quick] [--device cuda|cpu] [--tiny]
+    python -m experiments.psld_gpu run --out DIR [--quick] [--device cuda|cpu] [--tiny] [--seeds K]
     python -m experiments.psld_gpu report --from DIR
-    python -m experiments.psld_gpu resim --from DIR
+    python -m experiments.psld_gpu resim --from DIR [--seeds K]
 
 ``run`` (on the GPU machine; ``--device cpu --tiny`` is a small smoke test for a CPU host) runs
 ``scenarios/psld-real-gpu.yaml`` (ResNet-18's tensors, 4 GPU workers, 3 PSs, vanilla PS, PS 2's NIC
@@ -32,6 +32,14 @@ the calibrated simulation over-predicted PSLD by 31-42% because the simulated sc
 over two PSs where the real one ended with it on one, and with the real map pinned it came within
 -1.0%..+6.3%. ``resim`` recomputes the calibrated simulations and this check from a saved DIR only
 (``results.json``, ``calibration.json``, ``real_samples.parquet``) and prints real / sim / pinned sim.
+
+Seeds: the calibration measures the scheduler's sample noise (``calibrate.timing_noise``), so the
+simulated scheduler's decisions, and with them PSLD's rate, depend on the draw. The calibrated mxnet and
+PSLD runs are also simulated with ``seed`` 0..K-1 (``seed_spread``; K = ``--seeds``, 8 by default), and
+the report gives the median and min-max over the seeds and whether the real rate lies inside. The
+single-seed numbers (``sim_it_s``: the scenario's seed, 0) are kept as the headline for continuity, now
+with the measured noise. ``resim`` recomputes the noise from the saved profiling samples and prints the
+seeded ranges with and without it.
 
 Wall time: the first run on 4 H100s and 64 cores took 95 s (80 s of it the real runs, start-up
 included); about 1 min with ``--quick``. ``--device cpu --tiny`` took 60 s on a
@@ -80,6 +88,7 @@ FROZEN = ["psld.straggler_threshold=1000000000.0", "psld.recheck=false"]
 # The profiling run: the PSLD layout without the straggler, the scheduler never acting.
 PROFILE = ["policy=psld", "stragglers=[]", *FROZEN]
 RUNS = ("profiling", *POLICIES)  # the real runs of one launch, in order
+SEEDS = 8  # simulations per policy for the seeded range (``seed_spread``)
 
 
 def run_overrides(run: str, base: list[str], profile_s: float, run_s: float, warmup_s: float) -> list[str]:
@@ -111,7 +120,13 @@ def params_identical(result) -> tuple[bool, str]:
 
 
 def real_vs_sim(
-    scenario: Path, base: list[str], profile_s: float, run_s: float, warmup_s: float, log=print
+    scenario: Path,
+    base: list[str],
+    profile_s: float,
+    run_s: float,
+    warmup_s: float,
+    log=print,
+    seeds: int = SEEDS,
 ) -> dict[str, Any]:
     """The shared pipeline (also ``experiments.psld_real_vs_sim``): profiling, mxnet and PSLD for real
     in one launch, calibration, identity check, pauses, calibrated simulations (and each with its real
@@ -149,9 +164,17 @@ def real_vs_sim(
         for run, job in zip(RUNS, (r.job for r in (profile, *reals)), strict=True)
     }
     log(f"sim with the real final map (it/s): {json.dumps(pinned)}")
+    mxnet_map = final_map(frame, "mxnet", len(reals[POLICIES.index("mxnet")].job.blocks))
+    spreads = {
+        p: seed_spread(
+            scenario, [*overrides[p], *cal.overrides()], seeds, mxnet_map if p == "mxnet" else None
+        )
+        for p in POLICIES
+    }
     rows = []
     for p, real in zip(POLICIES, reals, strict=True):
         r, s = _rate(real), _rate(sims[p])
+        spread = spreads[p]
         rows.append(
             {
                 "policy": p,
@@ -164,9 +187,18 @@ def real_vs_sim(
                 "sim_reassignments": len(sims[p].tables["reassignments"]),
                 "real_iterations": int(real.info["iterations_run"]),
                 "real_run_s": float(real.info["run_s"]),
+                "sim_seeds": seeds,
+                "sim_median_it_s": spread["median"],
+                "sim_min_it_s": spread["min"],
+                "sim_max_it_s": spread["max"],
+                "sim_seed_reassignments": spread["reassignments"],
+                "real_in_sim_range": spread["min"] <= r <= spread["max"],
             }
         )
-        log(f"{p}: real {r:.3f} it/s, sim {s:.3f} it/s, error {rows[-1]['rel_error']:+.1%}")
+        log(
+            f"{p}: real {r:.3f} it/s, sim {s:.3f} it/s, error {rows[-1]['rel_error']:+.1%};"
+            f" {seeds} seeds: median {spread['median']:.3f} [{spread['min']:.3f}, {spread['max']:.3f}]"
+        )
     pauses = [
         {**x, "pause_s": x["barrier_s"] + x["migration_s"], "moved_bytes": float(m)}
         for x, m in zip(
@@ -239,6 +271,32 @@ def final_map(frame, run: str, blocks: int) -> list[int]:
     return [int(x) for x in worker["server"].to_numpy()[-blocks:]]
 
 
+def seed_spread(
+    scenario: Path, overrides: list[str], seeds: int, initial_owners: list[int] | None = None
+) -> dict[str, Any]:
+    """One run's calibrated simulation with ``seed`` 0..``seeds``-1 (the scheduler's exploration draws
+    and the timing noise on its samples): each seed's rate (it/s) and reassignments, and the median, min
+    and max of the rates. ``initial_owners`` pins the starting map (``sim.psld.run``), which keeps mxnet
+    on the layout its real run drew with the scenario's own seed while the seeds vary."""
+    import numpy as np
+
+    from scenarios.load import load_scenario
+    from sim.psld import run as simulate
+
+    rates, moves = [], []
+    for k in range(seeds):
+        result = simulate(load_scenario(scenario, [*overrides, f"seed={k}"]), initial_owners=initial_owners)
+        rates.append(_rate(result))
+        moves.append(len(result.tables["reassignments"]))
+    return {
+        "it_s": rates,
+        "reassignments": moves,
+        "median": float(np.median(rates)),
+        "min": min(rates),
+        "max": max(rates),
+    }
+
+
 def pinned_sim(scenario: Path, overrides: list[str], calibration: list[str], owners: list[int]):
     """The calibrated simulation of one run with ``owners`` pinned as its map for the whole run: the
     scheduler never acts (``FROZEN``), so no reassignment (``sim.psld.run``'s ``initial_owners``)."""
@@ -248,12 +306,18 @@ def pinned_sim(scenario: Path, overrides: list[str], calibration: list[str], own
     return simulate(load_scenario(scenario, [*overrides, *FROZEN, *calibration]), initial_owners=owners)
 
 
-def resim(folder: Path) -> dict[str, dict[str, float]]:
+def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
     """From a saved run folder only: per run of ``RUNS``, the real rate (as saved), the calibrated
-    simulation as saved and recomputed now, and the calibrated simulation with the real run's final map
-    pinned (NaN where the folder has no ``real_samples.parquet``); rates in it/s."""
+    simulation as saved and recomputed now (with the folder's calibration, which before the noise was
+    measured left ``costs.timing_noise`` at the scenario's 0.2) and without timing noise, the calibrated
+    simulation with the real run's final map pinned, and for mxnet and PSLD ``seed_spread`` with the
+    timing noise measured on the saved profiling samples (``noise``, ``calibrate.timing_noise``:
+    ``spread``) and without noise (``spread_noiseless``: the seeds then vary only the scheduler's
+    exploration draws). Rates in it/s; NaN (the spreads: absent) where the folder's samples do not give
+    it."""
     import pandas as pd
 
+    from runtime.psld.calibrate import timing_noise
     from scenarios.load import load_scenario
     from sim.psld import run as simulate
 
@@ -262,6 +326,13 @@ def resim(folder: Path) -> dict[str, dict[str, float]]:
     scenario = ROOT / results["scenario"]
     samples = folder / "real_samples.parquet"
     frame = pd.read_parquet(samples) if samples.exists() else None
+    blocks = {run: _blocks(folder, frame, run, int(results["workers"])) for run in RUNS}
+    noise = math.nan
+    if frame is not None and "seconds" in frame:
+        profiling = frame[frame["run"] == "real_profiling"]
+        noise = timing_noise(
+            profiling["worker"], profiling["server"], profiling["seconds"], blocks["profiling"]
+        )
     by = {row["policy"]: row for row in results["table"]}
     real = {"profiling": results["profiling_it_s"], **{p: by[p]["real_it_s"] for p in POLICIES}}
     saved = {"profiling": results.get("profiling_sim_it_s"), **{p: by[p]["sim_it_s"] for p in POLICIES}}
@@ -271,19 +342,39 @@ def resim(folder: Path) -> dict[str, dict[str, float]]:
             run, results["overrides"], results["profile_s"], results["duration_s"], results["warmup_s"]
         )
         sim = _rate(simulate(load_scenario(scenario, [*overrides, *calibration])))
+        noiseless = _rate(
+            simulate(load_scenario(scenario, [*overrides, *calibration, "costs.timing_noise=0"]))
+        )
         pinned = math.nan
         if frame is not None:
-            # blocks per iteration: the run's samples of one worker over its iterations
-            iterations = len(pd.read_parquet(folder / f"real_{run}_iterations.parquet"))
-            blocks = int((frame["run"] == f"real_{run}").sum()) // (int(results["workers"]) * iterations)
-            pinned = _rate(pinned_sim(scenario, overrides, calibration, final_map(frame, run, blocks)))
+            pinned = _rate(pinned_sim(scenario, overrides, calibration, final_map(frame, run, blocks[run])))
         out[run] = {
             "real": real[run],
+            "real_reassignments": by[run].get("real_reassignments", math.nan) if run in by else 0,
             "sim_saved": math.nan if saved[run] is None else saved[run],
             "sim": sim,
+            "sim_noiseless": noiseless,
             "pinned_sim": pinned,
+            "noise": noise,
         }
+        if run in POLICIES and not math.isnan(noise):
+            # the profiling run's scheduler never acts, so noise on its samples changes nothing there
+            owners = final_map(frame, run, blocks[run]) if run == "mxnet" else None
+            for key, sigma in (("spread", noise), ("spread_noiseless", 0.0)):
+                noisy = [*overrides, *calibration, f"costs.timing_noise={sigma:.6e}"]
+                out[run][key] = seed_spread(scenario, noisy, seeds, owners)
     return out
+
+
+def _blocks(folder: Path, frame, run: str, workers: int) -> int:
+    """Blocks per iteration of saved real run ``run``: its samples over its workers' iterations (0
+    without samples)."""
+    import pandas as pd
+
+    if frame is None:
+        return 0
+    iterations = len(pd.read_parquet(folder / f"real_{run}_iterations.parquet"))
+    return int((frame["run"] == f"real_{run}").sum()) // (workers * iterations)
 
 
 def _gpus(device: str) -> list[str]:
@@ -348,6 +439,14 @@ def report(results: dict[str, Any]) -> str:
             f" (PREPARE barrier {p['barrier_s']:.3f} s + migration to RESUME {p['migration_s']:.3f} s,"
             f" {p['moved_bytes'] / 1e6:.1f} MB moved)"
         )
+    for row in results["table"]:
+        if "sim_seeds" in row:  # absent from runs before the seeded range existed
+            lines.append(
+                f"* {row['policy']}, calibrated sim over {row['sim_seeds']} seeds (timing noise"
+                f" {results['calibration']['timing_noise']:.3f}): median {row['sim_median_it_s']:.3f} it/s,"
+                f" range {row['sim_min_it_s']:.3f}–{row['sim_max_it_s']:.3f}, real inside:"
+                f" {row['real_in_sim_range']}; reassignments per seed {row['sim_seed_reassignments']}"
+            )
     within = ", ".join(f"{r['policy']} {abs(r['rel_error']) <= 0.10}" for r in results["table"])
     cal = results["calibration"]
     lines += [
@@ -381,26 +480,42 @@ def _fmt(x: float, spec: str) -> str:
     return "n/a" if math.isnan(x) else format(x, spec)
 
 
-def resim_report(folder: Path, rows: dict[str, dict[str, float]]) -> str:
+def resim_report(folder: Path, rows: dict[str, dict[str, Any]]) -> str:
     """The markdown table of ``resim``'s rates for one folder."""
+    noise = next(iter(rows.values()))["noise"]
+    seeds = len(rows["psld"]["spread"]["it_s"]) if "spread" in rows["psld"] else 0
     lines = [
-        f"{folder}",
+        f"{folder} (timing noise measured on the profiling samples: {_fmt(noise, '.3f')}; {seeds} seeds)",
         "",
-        "| run | real it/s | sim it/s (saved) | sim it/s (now) | sim / real − 1 | sim with the real final map"
-        " it/s | its / real − 1 |",
-        "|---|---|---|---|---|---|---|",
+        "| run | real it/s (reassignments) | sim it/s (saved) | sim it/s (now) | sim without noise it/s"
+        " | without noise, seeds: median [min–max] it/s; reassignments | with the measured noise, seeds:"
+        " median [min–max] it/s; reassignments | real inside (without / with noise) | sim with the real"
+        " final map it/s | its / real − 1 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run, r in rows.items():
+        spreads = [r.get("spread_noiseless"), r.get("spread")]
+        inside = [str(x["min"] <= r["real"] <= x["max"]) for x in spreads if x]
         cells = [
-            _fmt(r["real"], ".3f"),
+            f"{_fmt(r['real'], '.3f')} ({r['real_reassignments']})",
             _fmt(r["sim_saved"], ".3f"),
             _fmt(r["sim"], ".3f"),
-            _fmt(r["sim"] / r["real"] - 1, "+.1%"),
+            _fmt(r["sim_noiseless"], ".3f"),
+            *(_spread_cell(x) for x in spreads),
+            " / ".join(inside) or "n/a",
             _fmt(r["pinned_sim"], ".3f"),
             _fmt(r["pinned_sim"] / r["real"] - 1, "+.1%"),
         ]
         lines.append(f"| {run} | {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _spread_cell(spread: dict[str, Any] | None) -> str:
+    """A ``seed_spread`` as "median [min–max]; fewest–most reassignments" ("n/a" for none)."""
+    if not spread:
+        return "n/a"
+    moves = spread["reassignments"]
+    return f"{spread['median']:.3f} [{spread['min']:.3f}–{spread['max']:.3f}]; {min(moves)}–{max(moves)}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,24 +526,26 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--quick", action="store_true", help="shorter runs (about 1.5 min)")
     run.add_argument("--tiny", action="store_true", help="2 workers, 2 PSs, a few seconds per run")
     run.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    run.add_argument("--seeds", type=int, default=SEEDS, help="simulations per policy for the seeded range")
     rep = commands.add_parser("report", help="print the markdown table of a run's results")
     rep.add_argument("--from", dest="source", type=Path, required=True)
     again = commands.add_parser(
         "resim", help="recompute the calibrated simulations, and with the real final map, from DIR"
     )
     again.add_argument("--from", dest="source", type=Path, required=True)
+    again.add_argument("--seeds", type=int, default=SEEDS, help="simulations per policy for the seeded range")
     args = parser.parse_args(argv)
     if args.command == "report":
         print(report(json.loads((args.source / "results.json").read_text())))
         return 0
     if args.command == "resim":
-        print(resim_report(args.source, resim(args.source)))
+        print(resim_report(args.source, resim(args.source, args.seeds)))
         return 0
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     profile_s, run_s, warmup_s, extra = SIZES[size]
     base = [*extra, f"runtime.device={args.device}"]
     t0 = time.perf_counter()
-    done = real_vs_sim(SCENARIO, base, profile_s, run_s, warmup_s)
+    done = real_vs_sim(SCENARIO, base, profile_s, run_s, warmup_s, seeds=args.seeds)
     done["results"]["size"] = size
     done["results"]["wall_s"] = time.perf_counter() - t0
     write(args.out, done)

@@ -35,13 +35,22 @@ nothing is fitted to make a throughput come out right:
 * ``algo_s_per_block_server``: Algorithm 3's run time on this host, for this model's blocks and PSs,
   divided by blocks x PSs (``costs.algo_s_per_block_server``).
 
-What is not calibrated: ``costs.timing_noise`` (the simulator's jitter on its timing samples) stays the
-scenario's; a straggler's value is the same number in both backends.
+* ``timing_noise``: the scatter of the scheduler's per-block samples (``result.samples``, ``ps.shaped``)
+  around their typical value (``timing_noise``), in the units of the simulator's ``costs.timing_noise``
+  (the sigma of a lognormal factor on every sample). It is measured and recorded, but the simulator is
+  given ``costs.timing_noise=0``: its factor is independent per sample, while most of the real scatter
+  is shared by one worker's blocks on one PS in one iteration, and independent noise of the measured
+  size made the simulated scheduler reassign 4-18 times where the real one did 1-2 (docs/psld.md,
+  "Timing noise, measured"). Without it the simulated scheduler made the real runs' decision, and the
+  scenario's default (0.2, not a measurement) no longer decides what the calibrated simulation does.
+
+What is not calibrated: a straggler's value is the same number in both backends.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -73,6 +82,7 @@ class Calibration:
     sum_gbytes_per_s: float
     update_gbytes_per_s: float | None
     algo_s_per_block_server: float
+    timing_noise: float
 
     def overrides(self) -> list[str]:
         """The scenario overrides (``--set key=value``) that give the simulator these parameters."""
@@ -87,6 +97,7 @@ class Calibration:
             "costs.control_rtt_s=0",
             f"costs.reassign_fixed_s={_num(self.report_barrier_s)}",
             f"costs.algo_s_per_block_server={_num(self.algo_s_per_block_server)}",
+            "costs.timing_noise=0",  # measured, not fed: the module docstring says why
         ]
         if self.update_gbytes_per_s is not None:
             out.append(f"costs.update_gbytes_per_core_s={_num(self.update_gbytes_per_s)}")
@@ -211,7 +222,56 @@ def calibrate(result: RunResult) -> Calibration:
         sum_gbytes_per_s=float(sum_rate),
         update_gbytes_per_s=update,
         algo_s_per_block_server=algorithm3_seconds(result) / (len(job.blocks) * job.servers),
+        timing_noise=timing_noise(
+            [s.worker for s in result.samples],  # type: ignore[attr-defined]
+            [s.server for s in result.samples],  # type: ignore[attr-defined]
+            [s.seconds for s in result.samples],  # type: ignore[attr-defined]
+            len(job.blocks),
+        ),
     )
+
+
+def timing_noise(
+    workers: Sequence[int], servers: Sequence[int], seconds: Sequence[float], blocks: int, skip: int = 1
+) -> float:
+    """The sigma of the multiplicative scatter of a run's per-block timing samples, as the simulator's
+    ``costs.timing_noise`` means it (every sample times ``exp(sigma z - sigma^2 / 2)``, z standard
+    normal): the robust spread (MAD x 1.4826, which is sigma for a normal) of ``log(sample)`` around the
+    median of its (PS, worker, block) over the run's iterations, pooled over every PS.
+
+    The samples come in each worker's order, iteration-major and in block order (``result.samples``,
+    ``samples_frame``), ``blocks`` per iteration on one layout; the first ``skip`` iterations (first
+    touches) are left out when later ones exist. Why (PS, worker, block): on one layout a block's time
+    differs between blocks (the bytes ahead of it) and between workers (their order in the PS's queue),
+    and the simulator computes those differences itself; what is left over the iterations is the jitter
+    it does not model. Why pooled: in a profiling run the PSs are identical processes with no straggler,
+    so one sigma serves them all, as the simulator's one ``costs.timing_noise`` does. Why robust: a
+    first-touch or descheduled sample is an outlier of a different kind, and MAD ignores a few of them.
+    Samples of zero or less (no log) and (PS, worker, block) groups of one sample (no spread) are left
+    out; 0.0 if nothing is left.
+
+    The simulator draws its factor independently for every sample; the real scatter is not independent
+    (on the 4-H100 runs most of it is shared by one worker's blocks on one PS in one iteration: about
+    0.2 of the 0.39-0.48 is left per sample around that shared part), so this sigma gives the simulated
+    scheduler the right spread per sample, not the right correlation (docs/psld.md, "Timing noise")."""
+    w = np.asarray(workers, dtype=int)
+    y = np.asarray(seconds, dtype=float)
+    position = np.zeros(len(w), dtype=int)  # the sample's index in its worker's sequence
+    for x in np.unique(w):
+        position[w == x] = np.arange(int((w == x).sum()))
+    keep = y > 0
+    if (keep & (position // blocks >= skip)).any():
+        keep &= position // blocks >= skip
+    keys = np.stack([np.asarray(servers, dtype=int), w, position % blocks], axis=1)[keep]
+    if len(keys) == 0:
+        return 0.0
+    logs = np.log(y[keep])
+    _, group, count = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    group = group.reshape(-1)
+    order = np.argsort(group, kind="stable")
+    medians = np.array([np.median(part) for part in np.split(logs[order], np.cumsum(count)[:-1])])
+    deviation = np.abs(logs - medians[group])[count[group] > 1]
+    return float(1.4826 * np.median(deviation)) if len(deviation) else 0.0
 
 
 def algorithm3_seconds(result: RunResult, repeats: int = 3) -> float:
@@ -238,4 +298,5 @@ __all__ = [
     "link_is_bound",
     "link_rate",
     "per_ps_lines",
+    "timing_noise",
 ]
