@@ -33,13 +33,13 @@ over two PSs where the real one ended with it on one, and with the real map pinn
 -1.0%..+6.3%. ``resim`` recomputes the calibrated simulations and this check from a saved DIR only
 (``results.json``, ``calibration.json``, ``real_samples.parquet``) and prints real / sim / pinned sim.
 
-Seeds: the calibration measures the scheduler's sample noise (``calibrate.timing_noise``), so the
-simulated scheduler's decisions, and with them PSLD's rate, depend on the draw. The calibrated mxnet and
-PSLD runs are also simulated with ``seed`` 0..K-1 (``seed_spread``; K = ``--seeds``, 8 by default), and
-the report gives the median and min-max over the seeds and whether the real rate lies inside. The
-single-seed numbers (``sim_it_s``: the scenario's seed, 0) are kept as the headline for continuity, now
-with the measured noise. ``resim`` recomputes the noise from the saved profiling samples and prints the
-seeded ranges with and without it.
+Seeds: the simulated scheduler's decisions, and with them PSLD's rate, depend on Algorithm 3's
+exploration draws. The calibrated mxnet and PSLD runs are also simulated with ``seed`` 0..K-1
+(``seed_spread``; K = ``--seeds``, 8 by default), and the report gives the median and min-max over the
+seeds and whether the real rate lies inside. The single-seed numbers (``sim_it_s``: the scenario's seed,
+0) stay the headline. The calibration measures the scheduler's sample noise (``calibrate.timing_noise``)
+but gives the simulator none (that module's docstring says why); ``resim`` recomputes the noise from the
+saved profiling samples and prints the seeded ranges with it and without it.
 
 Wall time: the first run on 4 H100s and 64 cores took 95 s (80 s of it the real runs, start-up
 included); about 1 min with ``--quick``. ``--device cpu --tiny`` took 60 s on a
