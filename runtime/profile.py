@@ -32,8 +32,8 @@ the first steps' one-time costs, and exit. A lease of n steps thus takes
 With ``repeats`` > 1 each pair gets that many measured leases, each a process of its own resuming where
 the last one saved, and its median. One 8-s lease is one draw from a distribution: in the GPU host's
 real runs a pair's 60-s rounds ran at 0.86-1.13x of their median, and a profile's single leases were
-off what the run then reached by a factor 0.7 or 1.4 on one or two pairs per profile
-(docs/gavel-real.md, "Eighth session").
+off what the run then reached by about 30% on one or two pairs per profile (docs/gavel-real.md,
+"Eighth session").
 
 The results are written as a throughput CSV that :meth:`ThroughputTable.from_csv` reads (a scenario
 uses it by naming it in ``throughputs:``) and an overhead CSV beside it, whose ``mode`` column says how
