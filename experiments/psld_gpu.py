@@ -34,12 +34,13 @@ over two PSs where the real one ended with it on one, and with the real map pinn
 (``results.json``, ``calibration.json``, ``real_samples.parquet``) and prints real / sim / pinned sim.
 
 Seeds: the simulated scheduler's decisions, and with them PSLD's rate, depend on Algorithm 3's
-exploration draws. The calibrated mxnet and PSLD runs are also simulated with ``seed`` 0..K-1
-(``seed_spread``; K = ``--seeds``, 8 by default), and the report gives the median and min-max over the
-seeds and whether the real rate lies inside. The single-seed numbers (``sim_it_s``: the scenario's seed,
-0) stay the headline. The calibration measures the scheduler's sample noise (``calibrate.timing_noise``)
-but gives the simulator none (that module's docstring says why); ``resim`` recomputes the noise from the
-saved profiling samples and prints the seeded ranges with it and without it.
+exploration draws. The calibrated PSLD run is also simulated with ``seed`` 0..K-1 (``seed_spread``; K =
+``--seeds``, 8 by default; mxnet has no scheduler, so its range would be one point), and the report gives
+the median and min-max over the seeds and whether the real rate lies inside. The single-seed numbers
+(``sim_it_s``: the scenario's seed, 0) stay the headline. The calibration measures the scheduler's sample
+noise (``calibrate.timing_noise``) but gives the simulator none (that module's docstring says why);
+``resim`` recomputes the noise from the saved profiling samples and prints the seeded ranges with it and
+without it.
 
 Wall time: the first run on 4 H100s and 64 cores took 95 s (80 s of it the real runs, start-up
 included); about 1 min with ``--quick``. ``--device cpu --tiny`` took 60 s on a
@@ -164,17 +165,11 @@ def real_vs_sim(
         for run, job in zip(RUNS, (r.job for r in (profile, *reals)), strict=True)
     }
     log(f"sim with the real final map (it/s): {json.dumps(pinned)}")
-    mxnet_map = final_map(frame, "mxnet", len(reals[POLICIES.index("mxnet")].job.blocks))
-    spreads = {
-        p: seed_spread(
-            scenario, [*overrides[p], *cal.overrides()], seeds, mxnet_map if p == "mxnet" else None
-        )
-        for p in POLICIES
-    }
+    # Only PSLD's scheduler draws from the seed; mxnet has no scheduler, so its range is one point.
+    spread = seed_spread(scenario, [*overrides["psld"], *cal.overrides()], seeds)
     rows = []
     for p, real in zip(POLICIES, reals, strict=True):
         r, s = _rate(real), _rate(sims[p])
-        spread = spreads[p]
         rows.append(
             {
                 "policy": p,
@@ -187,17 +182,24 @@ def real_vs_sim(
                 "sim_reassignments": len(sims[p].tables["reassignments"]),
                 "real_iterations": int(real.info["iterations_run"]),
                 "real_run_s": float(real.info["run_s"]),
-                "sim_seeds": seeds,
-                "sim_median_it_s": spread["median"],
-                "sim_min_it_s": spread["min"],
-                "sim_max_it_s": spread["max"],
-                "sim_seed_reassignments": spread["reassignments"],
-                "real_in_sim_range": spread["min"] <= r <= spread["max"],
             }
         )
+        if p == "psld":
+            rows[-1].update(
+                sim_seeds=seeds,
+                sim_median_it_s=spread["median"],
+                sim_min_it_s=spread["min"],
+                sim_max_it_s=spread["max"],
+                sim_seed_reassignments=spread["reassignments"],
+                real_in_sim_range=spread["min"] <= r <= spread["max"],
+            )
         log(
-            f"{p}: real {r:.3f} it/s, sim {s:.3f} it/s, error {rows[-1]['rel_error']:+.1%};"
-            f" {seeds} seeds: median {spread['median']:.3f} [{spread['min']:.3f}, {spread['max']:.3f}]"
+            f"{p}: real {r:.3f} it/s, sim {s:.3f} it/s, error {rows[-1]['rel_error']:+.1%}"
+            + (
+                f"; {seeds} seeds: median {spread['median']:.3f} [{spread['min']:.3f}, {spread['max']:.3f}]"
+                if p == "psld"
+                else ""
+            )
         )
     pauses = [
         {**x, "pause_s": x["barrier_s"] + x["migration_s"], "moved_bytes": float(m)}
@@ -271,13 +273,10 @@ def final_map(frame, run: str, blocks: int) -> list[int]:
     return [int(x) for x in worker["server"].to_numpy()[-blocks:]]
 
 
-def seed_spread(
-    scenario: Path, overrides: list[str], seeds: int, initial_owners: list[int] | None = None
-) -> dict[str, Any]:
+def seed_spread(scenario: Path, overrides: list[str], seeds: int) -> dict[str, Any]:
     """One run's calibrated simulation with ``seed`` 0..``seeds``-1 (the scheduler's exploration draws
     and the timing noise on its samples): each seed's rate (it/s) and reassignments, and the median, min
-    and max of the rates. ``initial_owners`` pins the starting map (``sim.psld.run``), which keeps mxnet
-    on the layout its real run drew with the scenario's own seed while the seeds vary."""
+    and max of the rates."""
     import numpy as np
 
     from scenarios.load import load_scenario
@@ -285,7 +284,7 @@ def seed_spread(
 
     rates, moves = [], []
     for k in range(seeds):
-        result = simulate(load_scenario(scenario, [*overrides, f"seed={k}"]), initial_owners=initial_owners)
+        result = simulate(load_scenario(scenario, [*overrides, f"seed={k}"]))
         rates.append(_rate(result))
         moves.append(len(result.tables["reassignments"]))
     return {
@@ -310,7 +309,7 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
     """From a saved run folder only: per run of ``RUNS``, the real rate (as saved), the calibrated
     simulation as saved and recomputed now (with the folder's calibration, which before the noise was
     measured left ``costs.timing_noise`` at the scenario's 0.2) and without timing noise, the calibrated
-    simulation with the real run's final map pinned, and for mxnet and PSLD ``seed_spread`` with the
+    simulation with the real run's final map pinned, and for PSLD ``seed_spread`` with the
     timing noise measured on the saved profiling samples (``noise``, ``calibrate.timing_noise``:
     ``spread``) and without noise (``spread_noiseless``: the seeds then vary only the scheduler's
     exploration draws). Rates in it/s; NaN (the spreads: absent) where the folder's samples do not give
@@ -357,12 +356,11 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
             "pinned_sim": pinned,
             "noise": noise,
         }
-        if run in POLICIES and not math.isnan(noise):
-            # the profiling run's scheduler never acts, so noise on its samples changes nothing there
-            owners = final_map(frame, run, blocks[run]) if run == "mxnet" else None
+        if run == "psld" and not math.isnan(noise):
+            # the only run whose scheduler acts: seeds and noise change nothing in the others
             for key, sigma in (("spread", noise), ("spread_noiseless", 0.0)):
                 noisy = [*overrides, *calibration, f"costs.timing_noise={sigma:.6e}"]
-                out[run][key] = seed_spread(scenario, noisy, seeds, owners)
+                out[run][key] = seed_spread(scenario, noisy, seeds)
     return out
 
 
@@ -395,7 +393,7 @@ def write(out: Path, done: dict[str, Any]) -> None:
     (out / "calibration.json").write_text(json.dumps(results["calibration"], indent=1) + "\n")
     for name, rows in (("table.csv", results["table"]), ("pauses.csv", results["pauses"])):
         with (out / name).open("w", newline="") as f:
-            fields = list(rows[0]) if rows else ["k"]
+            fields = list(dict.fromkeys(key for row in rows for key in row)) or ["k"]  # PSLD's has more
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
             writer.writerows(rows)
