@@ -524,15 +524,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--quick", action="store_true", help="shorter runs (about 1.5 min)")
     run.add_argument("--tiny", action="store_true", help="2 workers, 2 PSs, a few seconds per run")
     run.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    run.add_argument("--seeds", type=int, default=SEEDS, help="simulations per policy for the seeded range")
+    run.add_argument("--seeds", type=int, default=SEEDS, help="PSLD simulations for the seeded range")
     rep = commands.add_parser("report", help="print the markdown table of a run's results")
     rep.add_argument("--from", dest="source", type=Path, required=True)
     again = commands.add_parser(
         "resim", help="recompute the calibrated simulations, and with the real final map, from DIR"
     )
     again.add_argument("--from", dest="source", type=Path, required=True)
-    again.add_argument("--seeds", type=int, default=SEEDS, help="simulations per policy for the seeded range")
+    again.add_argument("--seeds", type=int, default=SEEDS, help="PSLD simulations for the seeded range")
     args = parser.parse_args(argv)
+    if getattr(args, "seeds", 1) < 1:
+        parser.error(f"--seeds: the seeded range needs at least one simulation (got {args.seeds})")
     if args.command == "report":
         print(report(json.loads((args.source / "results.json").read_text())))
         return 0

@@ -98,3 +98,11 @@ def test_noise_leaves_a_run_without_a_scheduler_alone() -> None:
         load_scenario(SCENARIO, [*SHORT, "policy=mxnet", "costs.timing_noise=0"]), initial_owners=owners
     )
     assert min(rates) == max(rates) == _rate(pinned)
+
+
+def test_a_seeded_range_of_no_seeds_is_refused(capsys) -> None:
+    from experiments.psld_gpu import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["resim", "--from", ".", "--seeds", "0"])
+    assert exit_.value.code == 2 and "--seeds" in capsys.readouterr().err
