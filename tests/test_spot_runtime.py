@@ -97,7 +97,9 @@ def test_checkpoint_restart_loses_exactly_the_progress_since_its_checkpoint(tmp_
         [
             *SMALL,
             "fault_tolerance=checkpoint",
-            "duration_s=6",
+            # Long enough after the kill (5 s) to redo the lost clocks even on a loaded 2-core machine: at
+            # 6 s a CI run ended before the front clock was regained, and recover_s had nothing to measure.
+            "duration_s=9",
             "checkpoint.interval_s=1.5",
             "evictions=[{at_s: 4.0, processes: [t0, t1], warning_s: 1.0}]",
         ],
