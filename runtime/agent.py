@@ -3,12 +3,13 @@
 ``python -m runtime.agent --control HOST:PORT --agent ID --device cpu|cuda --slots K ...``
 
 Each round it reads its plan. A job placed afresh gets a new process (``runtime.job_main``; under torchrun
-when the job has several ranks, with ``CUDA_VISIBLE_DEVICES`` naming its GPUs on a cuda server); a job whose
-lease the scheduler renewed keeps the process it has, which already holds its next lease. The agent waits
-for every lease's report until the round's deadline plus a grace period, kills stragglers, and posts what
-happened. Processes not renewed were told by the scheduler to save and exit; the agent reaps them. Job
-processes die with their agent (Linux parent-death signal), so a killed agent leaves no orphan that could
-write a checkpoint behind the scheduler's back.
+when the job has several ranks, with ``CUDA_VISIBLE_DEVICES`` naming its GPUs on a cuda server, and with
+``--cores`` on its slots' cores only: ``runtime.cores``); a job whose lease the scheduler renewed keeps
+the process it has, which already holds its next lease. The agent waits for every lease's report until
+the round's deadline plus a grace period, kills stragglers, and posts what happened. Processes not
+renewed were told by the scheduler to save and exit; the agent reaps them. Job processes die with their
+agent (Linux parent-death signal), so a killed agent leaves no orphan that could write a checkpoint
+behind the scheduler's back.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from runtime.control import POLL_S, ControlPlane
+from runtime.cores import parse_slots
 from runtime.training_env import training_env
 
 RETIRE_S = 30.0  # how long a process told to stop may take to save and exit before it is killed
@@ -32,6 +35,19 @@ def die_with_parent() -> None:
     """In a child, before exec: receive SIGKILL when the parent dies (PR_SET_PDEATHSIG)."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGKILL)
+
+
+def job_preexec(cores: frozenset[int] | None) -> Callable[[], None]:
+    """A job process's preexec function: it dies with its agent and, given ``cores``, runs on them only
+    (its threads and torchrun's ranks inherit the affinity)."""
+    if cores is None:
+        return die_with_parent
+
+    def pinned() -> None:
+        die_with_parent()
+        os.sched_setaffinity(0, cores)
+
+    return pinned
 
 
 def job_command(job: dict[str, Any], device: str, slowdown: float, control: str) -> list[str]:
@@ -60,9 +76,10 @@ class Worker:
         env = training_env(os.environ, threads=opts.threads)
         if opts.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(opts.cuda_devices[s]) for s in job["slots"])
+        cores = None if opts.cores is None else frozenset().union(*(opts.cores[s] for s in job["slots"]))
         address = f"{self.control.host}:{self.control.port}"
         return subprocess.Popen(
-            job_command(job, opts.device, opts.slowdown, address), env=env, preexec_fn=die_with_parent,
+            job_command(job, opts.device, opts.slowdown, address), env=env, preexec_fn=job_preexec(cores),
             stdout=subprocess.DEVNULL, stderr=open(job["log"], "a"),  # noqa: SIM115
         )  # fmt: skip
 
@@ -131,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cuda-devices", type=lambda s: [int(x) for x in s.split(",")], default=[])
     parser.add_argument("--slowdown", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--cores", type=parse_slots, default=None,
+        help="each slot's CPU cores, slots separated by commas and a slot's cores by + (0+8,1+9);"
+        " a job runs on its slots' cores only (real.pin_cores). Default: wherever the OS puts it",
+    )  # fmt: skip
     opts = parser.parse_args(argv)
     host, port = opts.control.rsplit(":", 1)
     control = ControlPlane(host, int(port), serve=False)

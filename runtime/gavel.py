@@ -35,6 +35,7 @@ from policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, Scheduler
 from policies.registry import make_policy
 from runtime.agent import die_with_parent
 from runtime.control import ControlPlane
+from runtime.cores import format_slots, slot_cores
 from scenarios.errors import InputError
 from scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, jobs_table, load_table, trace_jobs
 from scenarios.results import GAVEL_TABLES, RunResult
@@ -128,6 +129,7 @@ class RealGavel:
         agents = []
         real = self.scenario.real
         assert real is not None
+        cores = slot_cores(self.scenario) if real.pin_cores else None
         for j, name in enumerate(self.layout.worker_types):
             worker = real.workers[name]
             k = self.layout.gpus_per_server[j]
@@ -138,6 +140,8 @@ class RealGavel:
                     assert worker.cuda_devices is not None
                     ids = worker.cuda_devices[server * k : (server + 1) * k]
                     args += ["--cuda-devices", ",".join(str(i) for i in ids)]
+                if cores is not None:
+                    args += ["--cores", format_slots(cores[name][server * k : (server + 1) * k])]
                 agents.append(Agent(f"{name}-{server}", j, server, args))
         return agents
 

@@ -64,6 +64,10 @@ Two modes (``mode``):
   scale factor), and is killed and reaped when they are done, also on error or Ctrl-C; a background process
   also dies with the profiler (Linux parent-death signal), so no orphan outlives it. GPU slots get no
   background job (a GPU measurement must own its device; a GPU job's host-side load is one core).
+
+With ``real.pin_cores`` every process runs on the cores the real run gives the slot it stands for
+(:func:`runtime.cores.slot_cores`, which the run's agents use too): the measured job on those of its
+worker type's first ``scale_factor`` slots, a background job on those of its slot.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import io
 import json
 import os
@@ -78,10 +83,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from runtime.cores import SlotCores, slot_cores
 from runtime.training_env import training_env
 from scenarios.errors import InputError
 from scenarios.gavel_workload import load_table, trace_jobs
@@ -256,6 +262,7 @@ def profile_scenario(
     todo, _ = plan(scenario)
     real = scenario.real
     assert real is not None
+    cores = slot_cores(scenario) if real.pin_cores else None
     job_types = list(dict.fromkeys(job_type for job_type, _ in job_keys(scenario)))
     mode = UNDER_LOAD if under_load else ISOLATED
     with tempfile.TemporaryDirectory(prefix="clustertwin-profile-") as scratch:
@@ -266,7 +273,7 @@ def profile_scenario(
             measure(
                 job_type, sf, worker_type, real.workers[worker_type], threads=real.threads_per_cpu_worker,
                 steps=warmup_steps, warmup_steps=warmup_steps, workdir=Path(scratch) / f"warm-{worker_type}",
-                seed=scenario.seed,
+                seed=scenario.seed, cores=_measured_cores(cores, worker_type, sf),
             )  # fmt: skip
         # Every pair of one worker type and scale factor sees the same background (the measured job
         # takes the same slots' place), so the background starts once per such group and trains on
@@ -277,7 +284,7 @@ def profile_scenario(
         measured: dict[int, ProfileRow] = {}
         for (worker_type, sf), indices in groups.items():
             slots = background_slots(scenario, worker_type, sf, job_types) if under_load else []
-            with background_load(scenario, slots, Path(scratch) / f"load-{worker_type}-{sf}"):
+            with background_load(scenario, slots, Path(scratch) / f"load-{worker_type}-{sf}", cores):
                 for index in indices:
                     job_type = todo[index][0]
                     if progress is not None:
@@ -295,6 +302,7 @@ def profile_scenario(
                         workdir=Path(scratch) / str(index),
                         seed=scenario.seed,
                         repeats=repeats,
+                        cores=_measured_cores(cores, worker_type, sf),
                     )
                     measured[index] = replace(row, mode=mode)
                     if measured_row is not None:
@@ -305,16 +313,23 @@ def profile_scenario(
     return rows
 
 
+def _measured_cores(cores: SlotCores | None, worker_type: str, scale_factor: int) -> frozenset[int] | None:
+    """Pinned, the cores of a measured job: those of its worker type's first ``scale_factor`` slots, which
+    :func:`background_slots` leaves to it (and whose devices a cuda type's job is given)."""
+    return None if cores is None else frozenset().union(*cores[worker_type][:scale_factor])
+
+
 # ------------------------------------------------------------------------------------------ load
 def background_slots(
     scenario: Scenario, worker_type: str, scale_factor: int, job_types: Sequence[str]
-) -> list[tuple[str, str]]:
-    """(worker type, job type) of each background process while a job of ``scale_factor`` ranks is
-    measured on ``worker_type``: one per CPU worker slot the measured job does not take.
+) -> list[tuple[str, int, str]]:
+    """(worker type, slot, job type) of each background process while a job of ``scale_factor`` ranks is
+    measured on ``worker_type``: one per CPU worker slot the measured job does not take, with the slot's
+    index among its type's slots.
 
     The CPU slots are numbered in the order of ``real.workers`` (``cluster.gpus[type]`` slots per type)
     and slot k trains ``job_types[k % len(job_types)]`` whichever pair is measured: a fixed mix, into
-    which the measured job steps by taking the place of the last ``scale_factor`` slots of its type.
+    which the measured job steps by taking the place of the first ``scale_factor`` slots of its type.
     """
     real = scenario.real
     assert real is not None
@@ -325,11 +340,10 @@ def background_slots(
     for name, worker in real.workers.items():
         if worker.device != "cpu":
             continue
-        count = scenario.cluster.gpus[name]
         taken = scale_factor if name == worker_type else 0
-        for i in range(count):
-            if i < count - taken:
-                slots.append((name, job_types[k % len(job_types)]))
+        for i in range(scenario.cluster.gpus[name]):
+            if i >= taken:
+                slots.append((name, i, job_types[k % len(job_types)]))
             k += 1
     return slots
 
@@ -347,9 +361,10 @@ class Background:
 
 @contextlib.contextmanager
 def background_load(
-    scenario: Scenario, slots: Sequence[tuple[str, str]], workdir: Path
+    scenario: Scenario, slots: Sequence[tuple[str, int, str]], workdir: Path, cores: SlotCores | None = None
 ) -> Iterator[list[Background]]:
-    """Run a background training process per slot while the ``with`` body runs.
+    """Run a background training process per slot while the ``with`` body runs (on the slot's cores when
+    ``cores`` are given).
 
     The body starts once every process has trained a few steps. The processes are killed and reaped
     when it ends, however it ends; a process that died meanwhile fails the measurement (its host was
@@ -357,8 +372,9 @@ def background_load(
     """
     started: list[Background] = []
     try:
-        for index, (worker_type, job_type) in enumerate(slots):
-            started.append(_start_background(scenario, worker_type, job_type, workdir / str(index)))
+        for index, (worker_type, slot, job_type) in enumerate(slots):
+            pinned = None if cores is None else cores[worker_type][slot]
+            started.append(_start_background(scenario, worker_type, job_type, workdir / str(index), pinned))
         _wait_ready(started)
         yield started
         for bg in started:
@@ -368,7 +384,9 @@ def background_load(
         _stop(started)
 
 
-def _start_background(scenario: Scenario, worker_type: str, job_type: str, workdir: Path) -> Background:
+def _start_background(
+    scenario: Scenario, worker_type: str, job_type: str, workdir: Path, cores: Collection[int] | None
+) -> Background:
     real = scenario.real
     assert real is not None
     worker = real.workers[worker_type]
@@ -385,7 +403,12 @@ def _start_background(scenario: Scenario, worker_type: str, job_type: str, workd
     env = training_env(_job_env(), threads=real.threads_per_cpu_worker)
     with log.open("w") as stderr:
         process = subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=_pinned(cores),
         )
     return Background(worker_type, job_type, process, ready, log)
 
@@ -477,22 +500,24 @@ def measure(
     seed: int = 0,
     seconds: float | None = None,
     repeats: int = 1,
+    cores: Collection[int] | None = None,
 ) -> ProfileRow:
     """Warm-up lease, then ``repeats`` measured leases (``seconds`` of training if given, else ``steps``
-    steps), each a process of its own resuming where the last one saved, of one job on one worker type.
-    The row is the measured lease of the median throughput (the lower middle one for an even count)."""
+    steps), each a process of its own resuming where the last one saved, of one job on one worker type
+    (on ``cores`` only, when given). The row is the measured lease of the median throughput (the lower
+    middle one for an even count)."""
     workdir.mkdir(parents=True, exist_ok=True)
     what = f"{job_type} x{scale_factor} on {worker_type}"
     total = warmup_steps + repeats * steps if seconds is None else _OPEN_ENDED
     lease = (job_type, scale_factor, worker, threads, workdir)
-    warmup = _checked(run_job_lease(*lease, warmup_steps, total, seed), 0, warmup_steps, what)
+    warmup = _checked(run_job_lease(*lease, warmup_steps, total, seed, cores=cores), 0, warmup_steps, what)
     rows, start = [], warmup_steps
     for _ in range(repeats):
         if seconds is None:
-            run = run_job_lease(*lease, steps, total, seed)
+            run = run_job_lease(*lease, steps, total, seed, cores=cores)
             report = _checked(run, start, steps, what)
         else:
-            run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds)
+            run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds, cores=cores)
             report = _checked(run, start, None, what)
         trained = int(report["end_step"]) - start
         start = int(report["end_step"])
@@ -559,8 +584,10 @@ def run_job_lease(
     total_steps: int,
     seed: int,
     max_seconds: float = _LEASE_SECONDS,
+    cores: Collection[int] | None = None,
 ) -> LeaseRun:
-    """Start the job process for one lease (torchrun with ``scale_factor`` ranks when > 1) and wait."""
+    """Start the job process for one lease (torchrun with ``scale_factor`` ranks when > 1, on ``cores``
+    only when given) and wait."""
     report_path = workdir / "report.json"
     report_path.unlink(missing_ok=True)  # a stale report must not pass for this lease's
     job_args = [
@@ -586,7 +613,12 @@ def run_job_lease(
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [*launcher, *job_args], env=env, capture_output=True, text=True, timeout=_PROCESS_TIMEOUT_S
+            [*launcher, *job_args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=_PROCESS_TIMEOUT_S,
+            preexec_fn=_pinned(cores),
         )
     except subprocess.TimeoutExpired:
         raise ProfileError(
@@ -600,6 +632,11 @@ def run_job_lease(
             f" {done.returncode}{'' if report_path.is_file() else ' and wrote no report'}:\n{tail}"
         )
     return LeaseRun(json.loads(report_path.read_text()), wall_s)
+
+
+def _pinned(cores: Collection[int] | None) -> Callable[[], None] | None:
+    """A preexec function that runs the child (and its threads and children) on ``cores`` only."""
+    return None if cores is None else functools.partial(os.sched_setaffinity, 0, cores)
 
 
 def _job_env() -> dict[str, str]:

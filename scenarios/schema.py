@@ -212,6 +212,10 @@ class Real(_Strict):
 
     workers: dict[str, RealWorker]
     threads_per_cpu_worker: PositiveInt = 1
+    # Run each CPU worker slot on cores of its own (threads_per_cpu_worker each) and each GPU slot's host
+    # thread on one, in the run and its profile alike, as a GPU slot is its device (runtime/cores.py).
+    # Off, the OS places the jobs, and may put two on the SMT siblings of one physical core.
+    pin_cores: bool = False
     grace_s: PositiveFloat = 30.0  # how long past a round's end a job or an agent may be late
     time_scale: PositiveFloat = 1.0  # divides trace arrival times (compress a trace into wall-clock time)
 

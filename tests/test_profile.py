@@ -94,8 +94,8 @@ def test_a_measured_lease_bounded_by_time_trains_that_long(
     leases: list[tuple[int, float, dict[str, float]]] = []
     real_lease = profile.run_job_lease
 
-    def lease(*args, max_seconds: float = 3600.0) -> profile.LeaseRun:
-        run = real_lease(*args, max_seconds=max_seconds)
+    def lease(*args, max_seconds: float = 3600.0, cores=None) -> profile.LeaseRun:
+        run = real_lease(*args, max_seconds=max_seconds, cores=cores)
         leases.append((args[5], max_seconds, run.report))
         return run
 
@@ -124,7 +124,7 @@ def test_repeated_measured_leases_resume_in_turn_and_give_the_median(
     rates = iter([10.0, 50.0, 50.0 / 3, 40.0])  # the warm-up, then three measured leases
     starts: list[int] = []
 
-    def lease(job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0):
+    def lease(job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None):
         start = starts[-1] if starts else 0
         rate = next(rates)
         steps = max_steps if max_seconds >= 3600.0 else int(rate * max_seconds)
@@ -235,12 +235,14 @@ def test_background_slots_fill_every_other_cpu_slot_with_a_mix() -> None:
     on_cpu = profile.background_slots(scenario, "cpu", 1, types)
     on_cpu2 = profile.background_slots(scenario, "cpu", 2, types)
     cpu_slots = {w: scenario.cluster.gpus[w] for w in ("cpu", "cpu_slow")}
-    assert [w for w, _ in on_gpu] == ["cpu"] * cpu_slots["cpu"] + ["cpu_slow"] * cpu_slots["cpu_slow"]
+    assert [(w, i) for w, i, _ in on_gpu] == [("cpu", i) for i in range(cpu_slots["cpu"])] + [
+        ("cpu_slow", i) for i in range(cpu_slots["cpu_slow"])
+    ]
     assert len(on_cpu) == len(on_gpu) - 1 and len(on_cpu2) == len(on_gpu) - 2
-    assert sum(w == "cpu" for w, _ in on_cpu) == cpu_slots["cpu"] - 1
-    # A mix: every job type runs somewhere, and the measured job takes one slot's place in it.
-    assert {t for _, t in on_gpu} == set(types)
-    assert sorted(on_cpu) == sorted(on_gpu[: cpu_slots["cpu"] - 1] + on_gpu[cpu_slots["cpu"] :])
+    assert sum(w == "cpu" for w, _, _ in on_cpu) == cpu_slots["cpu"] - 1
+    # A mix: every job type runs somewhere, and the measured job takes its type's first slot's place in it.
+    assert {t for _, _, t in on_gpu} == set(types)
+    assert on_cpu == on_gpu[1:] and on_cpu2 == on_gpu[2:]
 
 
 def _record_background(monkeypatch: pytest.MonkeyPatch) -> list[profile.Background]:
@@ -303,8 +305,9 @@ def test_background_jobs_are_reaped_when_the_measurement_fails(
     with pytest.raises(failure):
         profile.profile_scenario(scenario, steps=2, under_load=True)
     # Measured on fast (the first pair): every other fast slot and the slow one train. Slots are numbered
-    # fast 0..fast-1, then slow, and slot k trains job type k mod 2 (RESNET, LM in order of appearance).
-    expected = [("fast", (RESNET, LM)[k % 2]) for k in range(fast - 1)] + [("slow", (RESNET, LM)[fast % 2])]
+    # fast 0..fast-1, then slow, and slot k trains job type k mod 2 (RESNET, LM in order of appearance);
+    # the measured job takes fast slot 0.
+    expected = [("fast", (RESNET, LM)[k % 2]) for k in range(1, fast)] + [("slow", (RESNET, LM)[fast % 2])]
     assert alive == [fast]
     assert [(bg.worker_type, bg.job_type) for bg in started] == expected
     for bg in started:

@@ -68,7 +68,7 @@ def test_agents_and_the_profiler_start_jobs_with_it(monkeypatch: pytest.MonkeyPa
         monkeypatch.delenv(name, raising=False)
     started: list[dict[str, str]] = []
     monkeypatch.setattr(agent.subprocess, "Popen", lambda *a, env, **k: started.append(env))
-    opts = argparse.Namespace(device="cpu", threads=2, slowdown=1.0, cuda_devices=None)
+    opts = argparse.Namespace(device="cpu", threads=2, slowdown=1.0, cuda_devices=None, cores=None)
     worker = agent.Worker(opts, SimpleNamespace(host="127.0.0.1", port=1))
     job = {"job_type": "LM (batch size 20)", "checkpoint": "c.pt", "key": "k", "max_steps": 1}
     job |= {"max_seconds": 1.0, "total_steps": 1, "seed": 0, "slots": [0], "log": str(tmp_path / "log")}
