@@ -35,6 +35,18 @@ def test_fit_line_one_size_goes_through_origin() -> None:
     assert alpha == pytest.approx(0.02 / 4e6)
 
 
+def test_fit_line_negative_slope_charges_the_time_per_byte() -> None:
+    """Latency-bound small blocks whose times fall with size (noise) must not read as a PS that moves bytes
+    for free: the prediction at a large load grows with the load instead of staying at the small blocks'
+    time."""
+    x = np.array([256.0, 1024.0, 4000.0])
+    y = np.array([0.014, 0.013, 0.012])
+    alpha, beta = fit_line(x, y)
+    assert beta == 0.0
+    assert alpha == pytest.approx(float((x * y).sum() / (x * x).sum()))
+    assert alpha * 15.6e6 + beta > 100 * y.max()
+
+
 def test_fit_model_per_worker_mean_and_sem() -> None:
     samples = [Sample(w, 0, s, (1 + w) * 1e-9 * s + 1e-3) for w in range(3) for s in (1e6, 2e6, 3e6)]
     m = fit_model(samples)[0]
