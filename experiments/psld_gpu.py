@@ -440,8 +440,9 @@ def report(results: dict[str, Any]) -> str:
     for row in results["table"]:
         if "sim_seeds" in row:  # absent from runs before the seeded range existed
             lines.append(
-                f"* {row['policy']}, calibrated sim over {row['sim_seeds']} seeds (timing noise"
-                f" {results['calibration']['timing_noise']:.3f}): median {row['sim_median_it_s']:.3f} it/s,"
+                f"* {row['policy']}, calibrated sim over {row['sim_seeds']} seeds (without timing noise;"
+                f" measured {results['calibration']['timing_noise']:.3f}):"
+                f" median {row['sim_median_it_s']:.3f} it/s,"
                 f" range {row['sim_min_it_s']:.3f}–{row['sim_max_it_s']:.3f}, real inside:"
                 f" {row['real_in_sim_range']}; reassignments per seed {row['sim_seed_reassignments']}"
             )
