@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies.psld.baselines import byteps_layout, mxnet_layout, strawman_owners, tensorflow_layout
+from policies.psld.baselines import byteps_layout, key_hash, mxnet_layout, strawman_owners, tensorflow_layout
 from policies.psld.blocks import MB, Tensor, split_blocks
 from policies.psld.migration import reassignment_step
 from policies.psld.placement import eps_greedy, exploit, loads_of
@@ -181,6 +181,18 @@ def test_blocks_and_framework_layouts() -> None:
     assert sum(n for n, _ in big) == 10 * MB
     bp_blocks, bp_owners = byteps_layout(tensors, [0, 1, 2], 4 * MB)
     assert len(bp_blocks) == 5 and bp_owners == byteps_layout(tensors, [0, 1, 2], 4 * MB)[1]
+
+
+def test_byteps_hash_is_djb2_of_the_decimal_key_and_spreads_one_partition_tensors() -> None:
+    assert key_hash(0) == 5381 * 33 + ord("0")
+    assert key_hash(12) == (5381 * 33 + ord("1")) * 33 + ord("2")
+    # ResNet-50's 161 tensors, most of one partition: keys k << 16 share their low bits, and a hash that
+    # kept only those would put all of them on one PS.
+    model = psld_model("resnet50")
+    blocks, owners = byteps_layout(model.tensors, list(range(8)), 4 * MB)
+    counts = np.bincount(owners, minlength=8)
+    assert (counts > 0).all()
+    assert counts.max() <= 2 * len(blocks) / 8
 
 
 def test_model_catalogue_matches_the_paper() -> None:

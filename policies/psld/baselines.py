@@ -6,7 +6,9 @@
   rule for small arrays, whose period explains Table 2's skew at 3 and 6 PSs.
 * TensorFlow: round-robin over variables, whole tensors, counted by variable (Table 1).
 * BytePS: tensors cut into ~4 MB partitions whose keys are spread over PSs by a hash (not described in the
-  paper; BytePS's own behaviour). Our hash is a multiplicative (Knuth) hash of the partition key.
+  paper; BytePS's own behaviour). The key of partition i of the tensor declared k-th is (k << 16) + i, and
+  BytePS's default server choice (``BYTEPS_KEY_HASH_FN=djb2``; bytedance/byteps,
+  ``byteps/common/global.cc``) is Bernstein's djb2 hash of the key's decimal digits, modulo |PS|.
 * Strawman (the paper's own): each PS gets a share of the bytes proportional to its profiled speed.
 * Round-robin over blocks: PSLD's initial assignment (Fig. 8).
 """
@@ -52,18 +54,23 @@ def tensorflow_layout(
 
 
 def key_hash(key: int) -> int:
-    """A stable 32-bit multiplicative hash of a partition key."""
-    return (key * 2654435761) & 0xFFFFFFFF
+    """djb2 over the decimal digits of ``key`` (h = 33 h + c from 5381, in unsigned 64-bit arithmetic), as
+    BytePS hashes a partition key. A multiplicative hash taken modulo a power of two would keep only the
+    key's low bits, i.e. the partition index, and put every one-partition tensor on one PS."""
+    h = 5381
+    for c in str(key).encode():
+        h = (h * 33 + c) & 0xFFFFFFFFFFFFFFFF
+    return h
 
 
 def byteps_layout(
     tensors: Sequence[Tensor], servers: Sequence[int], block_bytes: int
 ) -> tuple[tuple[Block, ...], list[int]]:
-    """~4 MB partitions, partition key (tensor << 16 | part) hashed onto the PSs."""
+    """~4 MB partitions, partition key (tensor << 16) + part hashed onto the PSs by :func:`key_hash`."""
     blocks = split_blocks(tensors, block_bytes)
     owners = []
     for b in blocks:
-        key = (b.tensor << 16) | (b.offset // block_bytes)
+        key = (b.tensor << 16) + b.offset // block_bytes
         owners.append(servers[key_hash(key) % len(servers)])
     return blocks, owners
 
