@@ -14,6 +14,7 @@ controllers and caches; a slot of several threads may then span two sockets.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -112,3 +113,26 @@ def format_slots(slots: Sequence[Collection[int]]) -> str:
 def parse_slots(text: str) -> list[frozenset[int]]:
     """The inverse of :func:`format_slots`."""
     return [frozenset(int(cpu) for cpu in slot.split("+")) for slot in text.split(",")]
+
+
+def pin_process(pid: int, cores: Collection[int]) -> None:
+    """Move every thread of the running process ``pid`` onto ``cores``.
+
+    ``os.sched_setaffinity`` moves one thread: each thread has a mask of its own, so a process already
+    running threads (torch's intra-op pool) is moved thread by thread, as ``/proc/<pid>/task`` lists
+    them. A thread started meanwhile by one not yet moved inherits the old mask, so the list is read
+    again until it shows no new thread. ProcessLookupError when the process is gone.
+    """
+    task = Path(f"/proc/{pid}/task")
+    moved: set[int] = set()
+    while True:
+        try:
+            tids = {int(tid) for tid in os.listdir(task)}
+        except FileNotFoundError:
+            raise ProcessLookupError(pid) from None
+        if tids <= moved:
+            return
+        for tid in tids - moved:
+            with contextlib.suppress(ProcessLookupError):  # the thread exited meanwhile
+                os.sched_setaffinity(tid, cores)
+        moved |= tids

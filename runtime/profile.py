@@ -67,7 +67,16 @@ Two modes (``mode``):
 
 With ``real.pin_cores`` every process runs on the cores the real run gives the slot it stands for
 (:func:`runtime.cores.slot_cores`, which the run's agents use too): the measured job on those of its
-worker type's first ``scale_factor`` slots, a background job on those of its slot.
+worker type's first ``scale_factor`` slots, a background job on those of its slot. With ``repeats`` > 1
+a CPU pair's measured leases take turns over its type's slots instead (:func:`lease_slots`): lease r
+runs on slot group r mod G, the G consecutive runs of ``scale_factor`` slots. The GPU host's vCPUs
+differ in speed by core and over time (three identical Recommendation jobs on three ``cpu`` slots ran at
+107, 121 and 131 steps/s in one 60-s round), and the run spreads a pair's jobs over all of its type's
+slots, so the median over slots and time is what the run meets; one slot's cores are a biased sample.
+Under load, a background job on the rotated group's slots swaps cores with the measured job for that
+lease (it moves to the first group's, which hold no background job, and back after), so no two
+processes share a core. The warm-up lease, the discarded first GPU lease and a cuda pair's leases stay
+on the first slots.
 """
 
 from __future__ import annotations
@@ -87,7 +96,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runtime.cores import SlotCores, slot_cores
+from runtime.cores import SlotCores, pin_process, slot_cores
 from runtime.training_env import training_env
 from scenarios.errors import InputError
 from scenarios.gavel_workload import load_table, trace_jobs
@@ -284,7 +293,14 @@ def profile_scenario(
         measured: dict[int, ProfileRow] = {}
         for (worker_type, sf), indices in groups.items():
             slots = background_slots(scenario, worker_type, sf, job_types) if under_load else []
-            with background_load(scenario, slots, Path(scratch) / f"load-{worker_type}-{sf}", cores):
+            workdir = Path(scratch) / f"load-{worker_type}-{sf}"
+            with background_load(scenario, slots, workdir, cores) as started:
+                # Pinned, a CPU pair's measured leases take turns over its type's slots (module docstring).
+                placement = None
+                if cores is not None and real.workers[worker_type].device == "cpu":
+                    ours = zip(slots, started, strict=True)
+                    movable = [(slot, bg) for (w, slot, _), bg in ours if w == worker_type]
+                    placement = functools.partial(_rotated_lease, cores[worker_type], sf, movable)
                 for index in indices:
                     job_type = todo[index][0]
                     if progress is not None:
@@ -303,6 +319,7 @@ def profile_scenario(
                         seed=scenario.seed,
                         repeats=repeats,
                         cores=_measured_cores(cores, worker_type, sf),
+                        placement=placement,
                     )
                     measured[index] = replace(row, mode=mode)
                     if measured_row is not None:
@@ -317,6 +334,44 @@ def _measured_cores(cores: SlotCores | None, worker_type: str, scale_factor: int
     """Pinned, the cores of a measured job: those of its worker type's first ``scale_factor`` slots, which
     :func:`background_slots` leaves to it (and whose devices a cuda type's job is given)."""
     return None if cores is None else frozenset().union(*cores[worker_type][:scale_factor])
+
+
+def lease_slots(slots: int, scale_factor: int, lease: int) -> range:
+    """The slots (indices among its worker type's ``slots``) whose cores measured lease ``lease`` (0, 1,
+    ...) of a pinned CPU pair runs on: the leases take turns over the type's groups of ``scale_factor``
+    consecutive slots, group 0 (the first slots, the warm-up's) first, and wrap around."""
+    first = lease % (slots // scale_factor) * scale_factor
+    return range(first, first + scale_factor)
+
+
+@contextlib.contextmanager
+def _rotated_lease(
+    type_slots: Sequence[Collection[int]],
+    scale_factor: int,
+    backgrounds: Sequence[tuple[int, Background]],
+    lease: int,
+) -> Iterator[frozenset[int]]:
+    """Yield the cores of measured lease ``lease`` (:func:`lease_slots`) of a pair whose type's slots have
+    ``type_slots`` cores, clearing them for it: each background job of ``backgrounds`` (slot index among
+    the type's, process) on those slots moves to the matching slot of group 0, whose cores the measured
+    job leaves free, for the ``with`` body, and back to its own after."""
+    group = lease_slots(len(type_slots), scale_factor, lease)
+    moves = [
+        (bg, type_slots[slot - group.start], type_slots[slot]) for slot, bg in backgrounds if slot in group
+    ]
+    try:
+        for bg, there, _ in moves:
+            _repin(bg, there)
+        yield frozenset().union(*(type_slots[i] for i in group))
+    finally:
+        for bg, _, home in moves:
+            _repin(bg, home)
+
+
+def _repin(bg: Background, cores: Collection[int]) -> None:
+    # A background job that died is no error here: background_load reports it when the pairs are done.
+    with contextlib.suppress(ProcessLookupError):
+        pin_process(bg.process.pid, cores)
 
 
 # ------------------------------------------------------------------------------------------ load
@@ -501,24 +556,26 @@ def measure(
     seconds: float | None = None,
     repeats: int = 1,
     cores: Collection[int] | None = None,
+    placement: Callable[[int], contextlib.AbstractContextManager[Collection[int] | None]] | None = None,
 ) -> ProfileRow:
     """Warm-up lease, then ``repeats`` measured leases (``seconds`` of training if given, else ``steps``
     steps), each a process of its own resuming where the last one saved, of one job on one worker type
-    (on ``cores`` only, when given). The row is the measured lease of the median throughput (the lower
-    middle one for an even count)."""
+    (on ``cores`` only, when given; measured lease r on the cores that ``placement(r)``, a context held
+    for the lease, yields, when given). The row is the measured lease of the median throughput (the
+    lower middle one for an even count)."""
     workdir.mkdir(parents=True, exist_ok=True)
     what = f"{job_type} x{scale_factor} on {worker_type}"
     total = warmup_steps + repeats * steps if seconds is None else _OPEN_ENDED
     lease = (job_type, scale_factor, worker, threads, workdir)
     warmup = _checked(run_job_lease(*lease, warmup_steps, total, seed, cores=cores), 0, warmup_steps, what)
     rows, start = [], warmup_steps
-    for _ in range(repeats):
-        if seconds is None:
-            run = run_job_lease(*lease, steps, total, seed, cores=cores)
-            report = _checked(run, start, steps, what)
-        else:
-            run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds, cores=cores)
-            report = _checked(run, start, None, what)
+    for r in range(repeats):
+        with contextlib.nullcontext(cores) if placement is None else placement(r) as lease_cores:
+            if seconds is None:
+                run = run_job_lease(*lease, steps, total, seed, cores=lease_cores)
+            else:
+                run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds, cores=lease_cores)
+        report = _checked(run, start, steps if seconds is None else None, what)
         trained = int(report["end_step"]) - start
         start = int(report["end_step"])
         # Every measured lease is a fresh process, as the warm-up was: the same one-time costs to cancel.

@@ -196,3 +196,120 @@ def test_the_profile_measures_on_the_cores_the_run_gives_each_slot(
         ("cpu", 2): [("cpu_slow", (2,)), ("cpu_slow", (3,))],
         ("cpu_slow", 2): [("cpu", (0,)), ("cpu", (1,))],
     }
+
+
+# ------------------------------------------------------------------------------------------ rotation
+def test_repeated_measured_leases_take_turns_over_the_slot_groups_and_wrap_around() -> None:
+    from runtime import profile
+
+    assert [profile.lease_slots(4, 1, r) for r in range(6)] == [range(i, i + 1) for i in (0, 1, 2, 3, 0, 1)]
+    assert [profile.lease_slots(4, 2, r) for r in range(3)] == [range(0, 2), range(2, 4), range(0, 2)]
+    # Three slots and a job of two: one group of two slots (the third slot is never a group's).
+    assert [profile.lease_slots(3, 2, r) for r in range(2)] == [range(0, 2), range(0, 2)]
+    assert profile.lease_slots(3, 3, 0) == range(0, 3)
+    assert [profile.lease_slots(5, 2, r) for r in range(3)] == [range(0, 2), range(2, 4), range(0, 2)]
+    assert profile.lease_slots(1, 1, 7) == range(0, 1)
+
+
+@needs_affinity
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="no /proc/<pid>/task")
+def test_pin_process_moves_every_thread_of_a_running_process() -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    script = (
+        "import threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start();"
+        " print('ready', flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        task = Path(f"/proc/{child.pid}/task")
+        tids = [int(tid) for tid in os.listdir(task)]
+        assert len(tids) >= 2  # the main thread and the sleeping one
+        for target in ({allowed[-1]}, set(allowed)):
+            cores.pin_process(child.pid, target)
+            assert {tid: os.sched_getaffinity(tid) for tid in tids} == {tid: target for tid in tids}
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(ProcessLookupError):
+        cores.pin_process(child.pid, set(allowed))  # reaped: gone
+
+
+def test_repeated_leases_rotate_and_the_background_swaps_cores_with_the_measured_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """repeats=3 on a type of 2 single-core slots: the measured leases run on slot 0, 1, 0's cores; the
+    background job of slot 1 moves to slot 0's core for lease 1 and back after. The warm-up stays on slot
+    0; a 2-rank pair (one group) never moves."""
+    pytest.importorskip("torch")
+    from runtime import profile
+
+    _fake_host(monkeypatch, 4)
+    scenario = load_scenario(SCENARIOS / "gavel-real-cpu.yaml", ["real.pin_cores=true"])
+    events: list[tuple] = []
+    backgrounds: dict[int, tuple[str, tuple[int, ...]]] = {}  # pid -> (worker type, its slot's cores)
+
+    def fake_start(scenario, worker_type, job_type, workdir, cores) -> profile.Background:
+        workdir.mkdir(parents=True)
+        (workdir / "ready").write_text("")
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        backgrounds[process.pid] = (worker_type, cores)
+        return profile.Background(worker_type, job_type, process, workdir / "ready", workdir / "log")
+
+    def fake_pin(pid: int, cores: frozenset[int]) -> None:
+        events.append(("pin", *backgrounds[pid], set(cores)))
+
+    def fake_lease(
+        job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None
+    ):
+        start = int(workdir.joinpath("end").read_text()) if workdir.joinpath("end").is_file() else 0
+        end = start + max_steps
+        workdir.joinpath("end").write_text(str(end))
+        events.append(("lease", workdir.name, sf, max_steps, set(cores)))
+        report = {"start_step": start, "end_step": end, "seconds": 1.0, "load_s": 0.1, "save_s": 0.1,
+                  "window_steps": 0, "window_seconds": 0.0}  # fmt: skip
+        return profile.LeaseRun(report, 2.0)
+
+    monkeypatch.setattr(profile, "_start_background", fake_start)
+    monkeypatch.setattr(profile, "pin_process", fake_pin)
+    monkeypatch.setattr(profile, "run_job_lease", fake_lease)
+    profile.profile_scenario(scenario, steps=4, warmup_steps=2, under_load=True, repeats=3)
+
+    # Group the events by pair: a lease's workdir is named by the pair's index in the plan.
+    todo, _ = profile.plan(scenario)
+    by_pair: dict[int, list[tuple]] = {}
+    index = -1
+    for event in events:
+        if event[0] == "lease":
+            index = int(event[1])
+            event = (event[0], *event[2:])
+        by_pair.setdefault(index, []).append(event)
+    assert sorted(by_pair) == list(range(len(todo)))
+    warmup, lease = ("lease", 1, 2), ("lease", 1, 4)
+    rotated = {
+        "cpu": [
+            (*warmup, {0}),
+            (*lease, {0}),
+            ("pin", "cpu", (1,), {0}),  # slot 1's background onto slot 0's core for lease 1 ...
+            (*lease, {1}),
+            ("pin", "cpu", (1,), {1}),  # ... and back
+            (*lease, {0}),
+        ],
+        "cpu_slow": [
+            (*warmup, {2}),
+            (*lease, {2}),
+            ("pin", "cpu_slow", (3,), {2}),
+            (*lease, {3}),
+            ("pin", "cpu_slow", (3,), {3}),
+            (*lease, {2}),
+        ],
+    }
+    both = {"cpu": {0, 1}, "cpu_slow": {2, 3}}  # a 2-rank job: one group of two slots, nothing moves
+    for index, (_, sf, worker_type) in enumerate(todo):
+        if sf == 1:
+            assert by_pair[index] == rotated[worker_type]
+        else:
+            assert (
+                by_pair[index]
+                == [("lease", 2, 2, both[worker_type])] + [("lease", 2, 4, both[worker_type])] * 3
+            )
