@@ -64,6 +64,13 @@ Two modes (``mode``):
   scale factor), and is killed and reaped when they are done, also on error or Ctrl-C; a background process
   also dies with the profiler (Linux parent-death signal), so no orphan outlives it. GPU slots get no
   background job (a GPU measurement must own its device; a GPU job's host-side load is one core).
+  Pinned (below), a cuda worker type's pairs are measured beside the CPU pairs instead, in a thread of
+  their own and with no background of their own: the run trains the GPU job alongside the CPU jobs, on a
+  core that no CPU slot shares, so the CPU groups' processes (background jobs and the measured CPU job)
+  load the host for a GPU pair as the run's CPU jobs do for its GPU job. A GPU pair starts only while a
+  CPU group's background is up, and no background stops while a GPU pair runs (the last one waits for
+  the last GPU pair). Measured in turn, the GPU scenario's 4 GPU pairs took 4 of its 12 minutes
+  (``--repeats 2``); beside the CPU pairs they should take about a third off the profile.
 
 With ``real.pin_cores`` every process runs on the cores the real run gives the slot it stands for
 (:func:`runtime.cores.slot_cores`, which the run's agents use too): the measured job on those of its
@@ -82,6 +89,7 @@ on the first slots.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import csv
 import functools
@@ -91,6 +99,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -258,7 +267,8 @@ def profile_scenario(
     repeats: int = 1,
 ) -> list[ProfileRow]:
     """Measure every pair of :func:`plan`, one at a time (concurrent measured jobs would share cores
-    and skew each other's numbers); with ``under_load`` each on a busy host (module docstring). The
+    and skew each other's numbers); with ``under_load`` each on a busy host (module docstring), where
+    pinned a cuda worker type's pairs are measured beside the CPU pairs, on cores of their own. The
     measured lease lasts ``seconds`` of training when given, else ``steps`` steps. ``measured_row`` is
     called with each pair's row as soon as it is measured, so that a profile cut short keeps its pairs.
     ``repeats`` measured leases per pair give its median (:func:`measure`)."""
@@ -290,40 +300,73 @@ def profile_scenario(
         groups: dict[tuple[str, int], list[int]] = {}
         for index, (_, sf, worker_type) in enumerate(todo):
             groups.setdefault((worker_type, sf), []).append(index)
+        # Pinned under load, the cuda groups' pairs are measured in a thread of their own beside the CPU
+        # groups, whose processes load the host for them (module docstring).
+        beside = [key for key in groups if real.workers[key[0]].device == "cuda"]
+        if not (under_load and cores is not None and len(beside) < len(groups)):
+            beside = []
         measured: dict[int, ProfileRow] = {}
-        for (worker_type, sf), indices in groups.items():
-            slots = background_slots(scenario, worker_type, sf, job_types) if under_load else []
-            workdir = Path(scratch) / f"load-{worker_type}-{sf}"
-            with background_load(scenario, slots, workdir, cores) as started:
-                # Pinned, a CPU pair's measured leases take turns over its type's slots (module docstring).
-                placement = None
-                if cores is not None and real.workers[worker_type].device == "cpu":
-                    ours = zip(slots, started, strict=True)
-                    movable = [(slot, bg) for (w, slot, _), bg in ours if w == worker_type]
-                    placement = functools.partial(_rotated_lease, cores[worker_type], sf, movable)
-                for index in indices:
-                    job_type = todo[index][0]
-                    if progress is not None:
-                        load = f" under load ({len(slots)} background jobs)" if under_load else ""
-                        progress(len(measured) / len(todo), f"{job_type} x{sf} on {worker_type}{load}")
-                    row = measure(
-                        job_type,
-                        sf,
-                        worker_type,
-                        real.workers[worker_type],
-                        threads=real.threads_per_cpu_worker,
-                        steps=steps,
-                        seconds=seconds,
-                        warmup_steps=warmup_steps,
-                        workdir=Path(scratch) / str(index),
-                        seed=scenario.seed,
-                        repeats=repeats,
-                        cores=_measured_cores(cores, worker_type, sf),
-                        placement=placement,
-                    )
-                    measured[index] = replace(row, mode=mode)
-                    if measured_row is not None:
-                        measured_row(measured[index])
+        lock = threading.Lock()  # measured, progress and measured_row are shared by both threads
+        gate = _LoadGate()
+
+        def measure_pair(index: int, load: str, placement: Callable | None = None) -> None:
+            job_type, sf, worker_type = todo[index]
+            if progress is not None:
+                with lock:
+                    progress(len(measured) / len(todo), f"{job_type} x{sf} on {worker_type}{load}")
+            row = measure(
+                job_type,
+                sf,
+                worker_type,
+                real.workers[worker_type],
+                threads=real.threads_per_cpu_worker,
+                steps=steps,
+                seconds=seconds,
+                warmup_steps=warmup_steps,
+                workdir=Path(scratch) / str(index),
+                seed=scenario.seed,
+                repeats=repeats,
+                cores=_measured_cores(cores, worker_type, sf),
+                placement=placement,
+            )
+            with lock:
+                measured[index] = replace(row, mode=mode)
+                if measured_row is not None:
+                    measured_row(measured[index])
+
+        def measure_beside() -> None:
+            for index in (index for key in beside for index in groups[key]):
+                with gate.pair() as loaded:
+                    if not loaded:
+                        return  # the CPU side failed
+                    measure_pair(index, " under load (beside the CPU pairs)")
+
+        in_turn = [key for key in groups if key not in beside]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            cuda = pool.submit(measure_beside) if beside else None
+            try:
+                for n, (worker_type, sf) in enumerate(in_turn):
+                    slots = background_slots(scenario, worker_type, sf, job_types) if under_load else []
+                    load = f" under load ({len(slots)} background jobs)" if under_load else ""
+                    workdir = Path(scratch) / f"load-{worker_type}-{sf}"
+                    with background_load(scenario, slots, workdir, cores) as started:
+                        gate.up()
+                        # Pinned, a CPU pair's measured leases take turns over its type's slots (module
+                        # docstring).
+                        placement = None
+                        if cores is not None and real.workers[worker_type].device == "cpu":
+                            ours = zip(slots, started, strict=True)
+                            movable = [(slot, bg) for (w, slot, _), bg in ours if w == worker_type]
+                            placement = functools.partial(_rotated_lease, cores[worker_type], sf, movable)
+                        for index in groups[(worker_type, sf)]:
+                            if cuda is not None and cuda.done():
+                                cuda.result()  # a failed GPU pair ends the profile now
+                            measure_pair(index, load, placement)
+                        if cuda is not None and n == len(in_turn) - 1:
+                            cuda.result()  # the last background loads the host until the GPU pairs end
+                        gate.down()
+            finally:
+                gate.close()  # a GPU pair waiting for a load that never comes measures nothing
         rows = [measured[index] for index in range(len(todo))]
     if progress is not None:
         progress(1.0, "done")
@@ -372,6 +415,48 @@ def _repin(bg: Background, cores: Collection[int]) -> None:
     # A background job that died is no error here: background_load reports it when the pairs are done.
     with contextlib.suppress(ProcessLookupError):
         pin_process(bg.process.pid, cores)
+
+
+class _LoadGate:
+    """Between the CPU groups and the GPU pairs measured beside them (:func:`profile_scenario`): a GPU
+    pair starts only while a CPU group's background is up, and no background stops while one runs, so
+    that every GPU pair, warm-up and measured leases alike, sees the loaded host from start to end."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._up = self._busy = self._closed = False
+
+    def up(self) -> None:
+        """A CPU group's background is ready."""
+        with self._changed:
+            self._up = True
+            self._changed.notify_all()
+
+    def down(self) -> None:
+        """A CPU group's background is about to stop: start no GPU pair, wait for the one in flight."""
+        with self._changed:
+            self._up = False
+            self._changed.wait_for(lambda: not self._busy)
+
+    def close(self) -> None:
+        """The CPU groups are done, or failed: a GPU pair not yet started never starts."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def pair(self) -> Iterator[bool]:
+        """Hold the load for one GPU pair, once a background is up; yields False (measure nothing) once
+        closed."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._up or self._closed)
+            loaded = self._busy = not self._closed
+        try:
+            yield loaded
+        finally:
+            with self._changed:
+                self._busy = False
+                self._changed.notify_all()
 
 
 # ------------------------------------------------------------------------------------------ load

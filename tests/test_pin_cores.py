@@ -313,3 +313,144 @@ def test_repeated_leases_rotate_and_the_background_swaps_cores_with_the_measured
                 by_pair[index]
                 == [("lease", 2, 2, both[worker_type])] + [("lease", 2, 4, both[worker_type])] * 3
             )
+
+
+# ------------------------------------------------------------------------------------------ GPU beside CPU
+class _FakeProcess:
+    """A background job's process: alive until killed."""
+
+    pids = iter(range(10**6, 2 * 10**6))
+
+    def __init__(self) -> None:
+        self.pid, self.returncode = next(self.pids), None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def kill(self) -> None:
+        self.returncode = -9
+
+    def wait(self) -> int | None:
+        return self.returncode
+
+
+def _profile_gpu_scenario(
+    monkeypatch: pytest.MonkeyPatch, pinned: bool, fail: str | None = None
+) -> tuple[list[tuple], list, object]:
+    """Profile scenarios/gavel-real-gpu.yaml under load with faked job and background processes (a GPU
+    lease sleeps 0.1 s, a CPU lease 5 ms; ``fail``: the second GPU or CPU pair's measured lease raises).
+    Returns the events in the order they happened: ("ready"/"stop", group) for a background, ("start"/
+    "end", device, pair, cores) for a lease; the plan; and the rows, or the exception raised."""
+    pytest.importorskip("torch")
+    import threading
+    import time
+
+    from runtime import profile
+
+    _fake_host(monkeypatch, 16)
+    monkeypatch.setattr(profile, "_check_cuda", lambda _: None)
+    scenario = profile.load_for_profiling(SCENARIOS / "gavel-real-gpu.yaml", [f"real.pin_cores={pinned}"])
+    events: list[tuple] = []
+    lock = threading.Lock()
+    started: list[profile.Background] = []
+
+    def record(*event) -> None:
+        with lock:
+            events.append(event)
+
+    def fake_start(scenario, worker_type, job_type, workdir, cores) -> profile.Background:
+        workdir.mkdir(parents=True)
+        (workdir / "ready").write_text("")
+        started.append(profile.Background(worker_type, job_type, _FakeProcess(), workdir / "ready", workdir))
+        return started[-1]
+
+    real_wait_ready, real_stop = profile._wait_ready, profile._stop
+
+    def wait_ready(backgrounds) -> None:
+        real_wait_ready(backgrounds)
+        record("ready", backgrounds[0].process.pid)
+
+    def stop(backgrounds) -> None:
+        real_stop(backgrounds)
+        if backgrounds:
+            record("stop", backgrounds[0].process.pid)
+
+    def fake_lease(
+        job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None
+    ):
+        start = int(workdir.joinpath("end").read_text()) if workdir.joinpath("end").is_file() else 0
+        end = start + max_steps
+        workdir.joinpath("end").write_text(str(end))
+        record("start", worker.device, workdir.name, set(cores or ()))
+        time.sleep(0.1 if worker.device == "cuda" else 0.005)
+        record("end", worker.device, workdir.name, set(cores or ()))
+        second = {"cuda": todo[3], "cpu": todo[4]}.get(fail)  # the second pair of the failing device
+        if start > 0 and second is not None and workdir.name == str(todo.index(second)):
+            raise profile.ProfileError(f"{job_type} failed")
+        report = {"start_step": start, "end_step": end, "seconds": 1.0, "load_s": 0.1, "save_s": 0.1,
+                  "window_steps": 0, "window_seconds": 0.0}  # fmt: skip
+        return profile.LeaseRun(report, 2.0)
+
+    monkeypatch.setattr(profile, "_start_background", fake_start)
+    monkeypatch.setattr(profile, "_wait_ready", wait_ready)
+    monkeypatch.setattr(profile, "_stop", stop)
+    monkeypatch.setattr(profile, "pin_process", lambda pid, cores: None)
+    monkeypatch.setattr(profile, "run_job_lease", fake_lease)
+    todo, _ = profile.plan(scenario)
+    assert [w for _, _, w in todo[:6]] == ["gpu", "cpu", "cpu_slow"] * 2  # todo[3], todo[4]: second pairs
+    try:
+        result = profile.profile_scenario(scenario, steps=4, warmup_steps=2, under_load=True)
+    except profile.ProfileError as err:
+        result = err
+    assert started and all(bg.process.returncode is not None for bg in started)  # every background stopped
+    return events, todo, result
+
+
+def test_pinned_gpu_pairs_are_measured_beside_the_cpu_pairs_under_their_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events, todo, rows = _profile_gpu_scenario(monkeypatch, pinned=True)
+    assert [(r.job_type, r.scale_factor, r.worker_type) for r in rows] == todo  # every pair, in order
+    assert {r.mode for r in rows} == {"under-load"}
+    # Two backgrounds (the cpu and the cpu_slow group's); none for the gpu group.
+    assert [e[0] for e in events if e[0] in ("ready", "stop")] == ["ready", "stop"] * 2
+    # The discarded GPU lease comes first, alone; every later GPU lease starts and ends while a CPU
+    # group's background is up, which no GPU lease sees stop.
+    warm = [("start", "cuda", "warm-gpu", {0}), ("end", "cuda", "warm-gpu", {0})]
+    assert events[:4] == warm * 2  # its warm-up and measured lease
+    up, gpu_open, overlapped, gpu_leases = False, 0, False, 0
+    for event in events[4:]:
+        if event[0] in ("ready", "stop"):
+            assert not (event[0] == "stop" and gpu_open), "a background stopped under a GPU lease"
+            up = event[0] == "ready"
+        elif event[1] == "cuda":
+            assert up and event[3] == {0}, event  # loaded; on the gpu slot's core
+            gpu_open += 1 if event[0] == "start" else -1
+            gpu_leases += event[0] == "start"
+        else:
+            assert 0 not in event[3], event  # a CPU lease never on the GPU job's core
+            overlapped |= event[0] == "start" and gpu_open > 0
+    assert gpu_leases == 4 * 2 and overlapped  # 4 GPU pairs of 2 leases, beside CPU leases
+
+
+def test_unpinned_every_pair_is_measured_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    events, todo, rows = _profile_gpu_scenario(monkeypatch, pinned=False)
+    assert [(r.job_type, r.scale_factor, r.worker_type) for r in rows] == todo
+    assert [e[0] for e in events if e[0] in ("ready", "stop")] == ["ready", "stop"] * 3  # gpu's own too
+    leases = [e for e in events if e[0] in ("start", "end")]
+    assert [e[0] for e in leases] == ["start", "end"] * (len(leases) // 2)  # one at a time
+
+
+@pytest.mark.parametrize("side", ["cuda", "cpu"])
+def test_a_failure_on_either_side_ends_the_profile_with_every_background_stopped(
+    monkeypatch: pytest.MonkeyPatch, side: str
+) -> None:
+    events, _, error = _profile_gpu_scenario(monkeypatch, pinned=True, fail=side)
+    from runtime import profile
+
+    assert isinstance(error, profile.ProfileError)  # raised out of profile_scenario (backgrounds: above)
+    ready = sum(e[0] == "ready" for e in events)
+    assert ready == sum(e[0] == "stop" for e in events) >= 1
+    # A failed CPU pair stops the GPU pairs not yet started: at most the one in flight finishes.
+    gpu_pairs = {e[2] for e in events if e[0] == "start" and e[1] == "cuda" and e[2] != "warm-gpu"}
+    assert len(gpu_pairs) < 4
