@@ -198,6 +198,22 @@ def test_the_profile_measures_on_the_cores_the_run_gives_each_slot(
     }
 
 
+def _advance(workdir: Path, steps: int) -> tuple[int, int]:
+    """A fake lease's steps: from where the last lease in ``workdir`` ended, ``steps`` on."""
+    mark = workdir / "end"
+    start = int(mark.read_text()) if mark.is_file() else 0
+    mark.write_text(str(start + steps))
+    return start, start + steps
+
+
+def _fake_run(start: int, end: int):
+    from runtime import profile
+
+    report = {"start_step": start, "end_step": end, "seconds": 1.0, "load_s": 0.1, "save_s": 0.1,
+              "window_steps": 0, "window_seconds": 0.0}  # fmt: skip
+    return profile.LeaseRun(report, 2.0)
+
+
 # ------------------------------------------------------------------------------------------ rotation
 def test_repeated_measured_leases_take_turns_over_the_slot_groups_and_wrap_around() -> None:
     from runtime import profile
@@ -262,13 +278,9 @@ def test_repeated_leases_rotate_and_the_background_swaps_cores_with_the_measured
     def fake_lease(
         job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None
     ):
-        start = int(workdir.joinpath("end").read_text()) if workdir.joinpath("end").is_file() else 0
-        end = start + max_steps
-        workdir.joinpath("end").write_text(str(end))
+        start, end = _advance(workdir, max_steps)
         events.append(("lease", workdir.name, sf, max_steps, set(cores)))
-        report = {"start_step": start, "end_step": end, "seconds": 1.0, "load_s": 0.1, "save_s": 0.1,
-                  "window_steps": 0, "window_seconds": 0.0}  # fmt: skip
-        return profile.LeaseRun(report, 2.0)
+        return _fake_run(start, end)
 
     monkeypatch.setattr(profile, "_start_background", fake_start)
     monkeypatch.setattr(profile, "pin_process", fake_pin)
@@ -378,18 +390,14 @@ def _profile_gpu_scenario(
     def fake_lease(
         job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None
     ):
-        start = int(workdir.joinpath("end").read_text()) if workdir.joinpath("end").is_file() else 0
-        end = start + max_steps
-        workdir.joinpath("end").write_text(str(end))
+        start, end = _advance(workdir, max_steps)
         record("start", worker.device, workdir.name, set(cores or ()))
         time.sleep(0.1 if worker.device == "cuda" else 0.005)
         record("end", worker.device, workdir.name, set(cores or ()))
         second = {"cuda": todo[3], "cpu": todo[4]}.get(fail)  # the second pair of the failing device
         if start > 0 and second is not None and workdir.name == str(todo.index(second)):
             raise profile.ProfileError(f"{job_type} failed")
-        report = {"start_step": start, "end_step": end, "seconds": 1.0, "load_s": 0.1, "save_s": 0.1,
-                  "window_steps": 0, "window_seconds": 0.0}  # fmt: skip
-        return profile.LeaseRun(report, 2.0)
+        return _fake_run(start, end)
 
     monkeypatch.setattr(profile, "_start_background", fake_start)
     monkeypatch.setattr(profile, "_wait_ready", wait_ready)
