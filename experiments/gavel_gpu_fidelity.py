@@ -18,7 +18,8 @@
    (by bisection on the *simulator*, calibrated by the profile) so that the first policy takes about
    ``--target-s`` seconds.
 3. Run the trace for real under each policy (heterogeneity-aware LAS, FTF, ...). One policy has the whole
-   machine; two run at once, each on its own GPU (``--gpus``) and half the CPU cores (``taskset``).
+   machine (each slot pinned to cores of its own, ``real.pin_cores``); two run at once, each on its own
+   GPU (``--gpus``) and half the CPU cores (``taskset``), unpinned (half the host has too few cores).
    Two policies are also profiled at once, each on its own half (``profile-<policy>.throughputs.csv``),
    so that each profile sees the load its real run will see: its own half busy and the other half busy
    too (the halves share the host's memory system). Each policy's simulation is calibrated by its
@@ -151,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     extra = ["real.workers.gpu={device: cpu}"] if args.cpu_only else []
     places = shares(args.policies, args.gpus)
+    if len(places) > 1:
+        # Half of the 16-vCPU host cannot give each of the scenario's 9 slots a core of its own.
+        extra.append("real.pin_cores=false")
     load = ["--under-load"] if args.under_load else []
     profiles = {}
     for policy, (cores, gpu) in zip(args.policies, places, strict=True):
