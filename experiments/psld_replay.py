@@ -5,7 +5,9 @@
 ``--set`` changes a field of the run's ``SchedulerConfig`` (e.g. ``--set min_gain=0``: apply every
 Algorithm 3 result, as the paper does), to see what the scheduler would have decided on these samples.
 
-DIR (default ``docs/results/gpu-2026-11-26/psld-gpu``, the third GPU run) holds what
+DIR (default ``docs/results/gpu-2026-11-27/psld-gpu-fifth/run3``, the first GPU run with today's
+policy code; the third GPU run, ``docs/results/gpu-2026-11-26/psld-gpu``, ran before the fit of a
+negative slope changed and now diverges at its first report) holds what
 ``experiments.psld_gpu`` wrote: ``results.json`` (the scenario and its overrides) and
 ``real_samples.parquet`` (every block sample of the real runs, worker by worker, iteration by
 iteration, block by block, the order ``runtime.psld.run`` returns them in). The replay rebuilds the
@@ -49,7 +51,7 @@ from policies.psld.placement import loads_of  # noqa: E402
 from policies.psld.profiling import Sample  # noqa: E402
 from policies.psld.scheduler import PSLDScheduler, SchedulerConfig  # noqa: E402
 
-DEFAULT_DIR = ROOT / "docs" / "results" / "gpu-2026-11-26" / "psld-gpu"
+DEFAULT_DIR = ROOT / "docs" / "results" / "gpu-2026-11-27" / "psld-gpu-fifth" / "run3"
 
 
 @dataclass
