@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.control import POLL_S, ControlPlane
-from runtime.cores import parse_slots
+from runtime.cores import parse_slots, pin_child
 from runtime.training_env import training_env
 
 RETIRE_S = 30.0  # how long a process told to stop may take to save and exit before it is killed
@@ -40,12 +40,13 @@ def die_with_parent() -> None:
 def job_preexec(cores: frozenset[int] | None) -> Callable[[], None]:
     """A job process's preexec function: it dies with its agent and, given ``cores``, runs on them only
     (its threads and torchrun's ranks inherit the affinity)."""
-    if cores is None:
+    pin = pin_child(cores)
+    if pin is None:
         return die_with_parent
 
     def pinned() -> None:
         die_with_parent()
-        os.sched_setaffinity(0, cores)
+        pin()
 
     return pinned
 

@@ -1,10 +1,10 @@
 """Core pinning (``real.pin_cores``): each CPU worker slot is its own cores, as a GPU slot is its device.
 
-Unpinned, the OS moves the single-thread CPU jobs between cores as it likes and may put two of them on the
-SMT siblings of one physical core, which then share its execution units: a pair's rate on the 16-core GPU
-host scattered 0.86-1.13x from round to round. Pinned, every slot has cores of its own for the whole run,
-and the profile measures each pair on the very cores the run gives it (both hand out cores with
-:func:`slot_cores`).
+Unpinned, the OS moves the single-thread CPU jobs between cores as it likes (and, on a host with SMT, may
+put two of them on the siblings of one physical core). Pinned, every slot has cores of its own for the
+whole run, and the profile measures each pair on the very cores the run gives it (both hand out cores
+with :func:`slot_cores`). That matters on the GPU host, whose vCPUs differ in speed by core and over time
+(docs/gavel-real.md, "Ninth session").
 
 The cores are handed out in :func:`core_order`: one logical CPU per physical core first, then their SMT
 siblings, so that siblings are shared only when the slots outnumber the physical cores. Physical cores
@@ -15,8 +15,9 @@ controllers and caches; a slot of several threads may then span two sockets.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,6 +114,12 @@ def format_slots(slots: Sequence[Collection[int]]) -> str:
 def parse_slots(text: str) -> list[frozenset[int]]:
     """The inverse of :func:`format_slots`."""
     return [frozenset(int(cpu) for cpu in slot.split("+")) for slot in text.split(",")]
+
+
+def pin_child(cores: Collection[int] | None) -> Callable[[], None] | None:
+    """A preexec function that starts a child process (its threads and children too) on ``cores`` only;
+    None for ``cores`` None."""
+    return None if cores is None else functools.partial(os.sched_setaffinity, 0, cores)
 
 
 def pin_process(pid: int, cores: Collection[int]) -> None:

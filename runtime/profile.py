@@ -69,7 +69,7 @@ Two modes (``mode``):
   core that no CPU slot shares, so the CPU groups' processes (background jobs and the measured CPU job)
   load the host for a GPU pair as the run's CPU jobs do for its GPU job. A GPU pair starts only while a
   CPU group's background is up, and no background stops while a GPU pair runs (the last one waits for
-  the last GPU pair). Measured in turn, the GPU scenario's 4 GPU pairs took 4 of its 12 minutes
+  the last GPU pair). Measured in turn, the GPU scenario's 4 GPU pairs took about 4 of its 12 minutes
   (``--repeats 2``); beside the CPU pairs they should take about a third off the profile.
 
 With ``real.pin_cores`` every process runs on the cores the real run gives the slot it stands for
@@ -105,7 +105,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runtime.cores import SlotCores, pin_process, slot_cores
+from runtime.cores import SlotCores, pin_child, pin_process, slot_cores
 from runtime.training_env import training_env
 from scenarios.errors import InputError
 from scenarios.gavel_workload import load_table, trace_jobs
@@ -548,7 +548,7 @@ def _start_background(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            preexec_fn=_pinned(cores),
+            preexec_fn=pin_child(cores),
         )
     return Background(worker_type, job_type, process, ready, log)
 
@@ -760,7 +760,7 @@ def run_job_lease(
             capture_output=True,
             text=True,
             timeout=_PROCESS_TIMEOUT_S,
-            preexec_fn=_pinned(cores),
+            preexec_fn=pin_child(cores),
         )
     except subprocess.TimeoutExpired:
         raise ProfileError(
@@ -774,11 +774,6 @@ def run_job_lease(
             f" {done.returncode}{'' if report_path.is_file() else ' and wrote no report'}:\n{tail}"
         )
     return LeaseRun(json.loads(report_path.read_text()), wall_s)
-
-
-def _pinned(cores: Collection[int] | None) -> Callable[[], None] | None:
-    """A preexec function that runs the child (and its threads and children) on ``cores`` only."""
-    return None if cores is None else functools.partial(os.sched_setaffinity, 0, cores)
 
 
 def _job_env() -> dict[str, str]:
