@@ -19,7 +19,8 @@
    ``--target-s`` seconds.
 3. Run the trace for real under each policy (heterogeneity-aware LAS, FTF, ...). One policy has the whole
    machine (each slot pinned to cores of its own, ``real.pin_cores``); two run at once, each on its own
-   GPU (``--gpus``) and half the CPU cores (``taskset``), unpinned (half the host has too few cores).
+   GPU (``--gpus``) and half the CPU cores (``taskset``), pinned within its half where the half has a
+   core for every slot (the two-GPU host's 32 vCPUs; not the one-GPU host's 16).
    Two policies are also profiled at once, each on its own half (``profile-<policy>.throughputs.csv``),
    so that each profile sees the load its real run will see: its own half busy and the other half busy
    too (the halves share the host's memory system). Each policy's simulation is calibrated by its
@@ -65,10 +66,10 @@ BASE_DURATIONS_S = (120, 360, 240, 480, 180, 300, 420)
 POLICIES = ("las", "ftf")
 
 
-def clustertwin(*args: str, cpus: str | None = None) -> subprocess.Popen:
+def clustertwin(*args: str, cpus: list[int] | None = None) -> subprocess.Popen:
     command = [sys.executable, "-m", "clustertwin", *args]
     if cpus is not None:
-        command = ["taskset", "-c", cpus, *command]
+        command = ["taskset", "-c", ",".join(map(str, cpus)), *command]
     return subprocess.Popen(command, cwd=ROOT)
 
 
@@ -138,13 +139,29 @@ def flags(overrides: list[str]) -> list[str]:
     return [x for s in overrides for x in ("--set", s)]
 
 
-def shares(policies: list[str], gpus: list[int]) -> list[tuple[str | None, int]]:
-    """(cores for taskset, GPU) of each policy: the whole machine for one, a half each for two."""
+def shares(policies: list[str], gpus: list[int]) -> list[tuple[list[int] | None, int]]:
+    """(CPUs for taskset, GPU) of each policy: the whole machine for one, a half each for two."""
     if len(policies) == 1:
         return [(None, gpus[0])]
-    cpus = os.cpu_count() or 2
-    halves = [f"0-{cpus // 2 - 1}", f"{cpus // 2}-{cpus - 1}"]
+    cpus = sorted(os.sched_getaffinity(0))
+    halves = [cpus[: len(cpus) // 2], cpus[len(cpus) // 2 :]]
     return list(zip(halves, gpus, strict=False))
+
+
+def pinnable(cpus: list[int] | None) -> bool:
+    """Whether a share of the machine gives each of the scenario's slots a core of its own: half of the
+    16-vCPU one-GPU host does not (9 slots), half of the 32-vCPU two-GPU host does."""
+    from runtime.cores import slot_cores
+    from scenarios.errors import InputError
+    from scenarios.load import load_scenario
+
+    if cpus is None:
+        return True
+    try:
+        slot_cores(load_scenario(SCENARIO), cpus)
+    except InputError:
+        return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,8 +169,7 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     extra = ["real.workers.gpu={device: cpu}"] if args.cpu_only else []
     places = shares(args.policies, args.gpus)
-    if len(places) > 1:
-        # Half of the 16-vCPU host cannot give each of the scenario's 9 slots a core of its own.
+    if not all(pinnable(cpus) for cpus, _ in places):
         extra.append("real.pin_cores=false")
     load = ["--under-load"] if args.under_load else []
     profiles = {}

@@ -88,8 +88,9 @@ def assign_cores(order: Sequence[int], workers: Sequence[tuple[str, str, int]], 
     return assigned
 
 
-def slot_cores(scenario: Scenario) -> SlotCores:
-    """The cores of every worker slot of a pinned scenario, on the CPUs this process may run on.
+def slot_cores(scenario: Scenario, cpus: Collection[int] | None = None) -> SlotCores:
+    """The cores of every worker slot of a pinned scenario, on ``cpus`` (by default the CPUs this process
+    may run on).
 
     The worker types come in the order of ``real.workers``, not the run's agents' (the throughput table's
     order): the profile, which runs before any table exists, must hand out the same cores.
@@ -98,7 +99,8 @@ def slot_cores(scenario: Scenario) -> SlotCores:
     assert real is not None
     if not hasattr(os, "sched_setaffinity"):
         raise InputError(f"{scenario.source}: field real.pin_cores", "pinning needs Linux")
-    cpus = os.sched_getaffinity(0)
+    if cpus is None:
+        cpus = os.sched_getaffinity(0)
     workers = [(name, w.device, scenario.cluster.gpus[name]) for name, w in real.workers.items()]
     try:
         return assign_cores(core_order(cpus, read_topology(cpus)), workers, real.threads_per_cpu_worker)

@@ -98,3 +98,18 @@ def test_realised_calibration_takes_each_pairs_rate_from_its_rounds(tmp_path: Pa
     assert result["realised"]["las"]["avg_jct_real_s"] == result["results"]["las"]["avg_jct_real_s"]
     assert result["realised"]["las"]["avg_jct_sim_s"] != result["results"]["las"]["avg_jct_sim_s"]
     assert (work / "compare-las-realised" / "per_job.csv").is_file()
+
+
+def test_two_policies_pin_within_their_halves_only_where_each_half_has_a_core_per_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import gavel_gpu_fidelity as experiment
+
+    monkeypatch.setattr(experiment.os, "sched_getaffinity", lambda _: set(range(32)))
+    halves = experiment.shares(["las", "ftf"], [0, 1])
+    assert halves == [(list(range(16)), 0), (list(range(16, 32)), 1)]
+    assert all(experiment.pinnable(cpus) for cpus, _ in halves)  # 9 slots, 16 cores each
+    monkeypatch.setattr(experiment.os, "sched_getaffinity", lambda _: set(range(16)))
+    assert not any(experiment.pinnable(cpus) for cpus, _ in experiment.shares(["las", "ftf"], [0, 1]))
+    assert experiment.shares(["las"], [0]) == [(None, 0)]
