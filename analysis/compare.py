@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, ScalarFormatter
 from rich.table import Table
 
 from analysis.atomic import write_atomically
@@ -280,11 +280,17 @@ def _ratio_cdf(comparison: Comparison) -> Figure:
         x = np.concatenate([ratio[:1], ratio])
         ax.step(x, np.arange(len(x)) / len(ratio), where="post")
         ax.set_xscale("log")
-        # Ratios sit near 1, where log-axis labels would read 10^0; plain numbers are clearer. Within
-        # a decade there are few major ticks, so the minor ones are labelled too.
+        # Ratios sit near 1, where log-axis labels would read 10^0; plain numbers are clearer. A narrow
+        # spread has few major ticks, so the minor ones are labelled too; a wide one (labelled minor
+        # ticks would overlap) is ticked at the powers of two, each a doubling or halving.
         ax.xaxis.set_major_formatter(ScalarFormatter())
-        if ratio[-1] / ratio[0] < 10:
+        if ratio[-1] / ratio[0] < 3:
             ax.xaxis.set_minor_formatter(ScalarFormatter())
+        else:
+            low, high = math.floor(math.log2(ratio[0])), math.ceil(math.log2(ratio[-1]))
+            ax.xaxis.set_major_locator(FixedLocator([2.0**k for k in range(low, high + 1)]))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
     else:
         ax.text(0.5, 0.5, "no usable ratio", ha="center", va="center", transform=ax.transAxes)
     ax.axvline(1.0, color="black", linestyle="--", linewidth=1)

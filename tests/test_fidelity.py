@@ -122,10 +122,10 @@ def test_gpu_suite_reads_an_existing_experiment_folder(tmp_path: Path, capsys) -
     every = rows_of(out)
     rows = {r["metric"]: r for r in every if r["case"] == "gavel-las-gpu"}
     assert set(rows) == {"avg_jct_s", "makespan_s", "utilisation"}
-    assert rows["avg_jct_s"]["error"] == pytest.approx(0.160, abs=5e-4)
-    assert rows["makespan_s"]["error"] == pytest.approx(0.148, abs=5e-4)
-    assert rows["makespan_s"]["real"] == pytest.approx(901.2, abs=0.1)
-    assert "+16.0%" in (out / fidelity.TABLE_MD).read_text()
+    assert rows["avg_jct_s"]["error"] == pytest.approx(-0.0074, abs=5e-4)
+    assert rows["makespan_s"]["error"] == pytest.approx(-0.0249, abs=5e-4)
+    assert rows["makespan_s"]["real"] == pytest.approx(897.3, abs=0.1)
+    assert "-0.7%" in (out / fidelity.TABLE_MD).read_text()
     # The other experiments' rows come from their results.csv, one per configuration and metric.
     flexrr = pd.read_csv(GPU_RESULTS / "flexrr-gpu" / "results.csv").set_index("mode")
     got = {r["metric"]: r for r in every if r["case"] == "flexrr-gpu"}
@@ -296,9 +296,9 @@ def test_gpu_suite_without_from_runs_the_experiment(tmp_path: Path, monkeypatch:
     assert {("flexrr_gpu", "run"), ("pipedream_gpu", "run"), ("psld_gpu", "run")} <= set(calls)
     assert (out / "cases" / "gavel-las-gpu" / "work" / "real-las" / "summary.json").is_file()
     errors = [r["error"] for r in rows_of(out) if r["case"] == "gavel-las-gpu"]
-    assert errors == pytest.approx([0.160, 0.148, 0.034], abs=5e-4)
+    assert errors == pytest.approx([-0.0074, -0.0249, 0.0059], abs=5e-4)
     errors = [r["error"] for r in rows_of(out) if r["case"] == "gavel-ftf-gpu"]
-    assert errors == pytest.approx([-0.177, -0.062, -0.084], abs=5e-4)
+    assert errors == pytest.approx([0.0337, -0.0409, 0.1040], abs=5e-4)
 
 
 def test_a_prediction_case_compares_each_metric_with_its_predicted_twin(
