@@ -4,6 +4,7 @@ docs/psld.md, "Fig. 14 for real").
 
     python -m experiments.psld_stragglers_gpu run --out DIR [--device cuda|cpu] [--tiny] [--k 1 2 4]
     python -m experiments.psld_stragglers_gpu report --from DIR
+    python -m experiments.psld_stragglers_gpu resim --from DIR [--seeds K]
 
 The simulated Fig. 14 (``clustertwin reproduce psld``) says no: a baseline bound by its slowest PS does
 not slow down when more PSs are as slow (their shares drain in parallel, each on its own NIC), while
@@ -18,11 +19,16 @@ and 8 vanilla PSs, as Fig. 14 (8 workers, 1:1), and runs in one launch of the pr
    emulated NIC, ``runtime.psld.throttle.Link``, caps a PS only where a straggler entry names it, so
    the fast PSs get an entry at 10 Gbit/s). The workers' links stay uncapped (the host's loopback).
 
-Each run is then simulated with the profiling run's calibration (the same overrides, caps included).
-The speedup S(k) is PSLD's rate over mxnet's at the same k, and the claim's statistic is S(largest k) /
-S(smallest k), which must be ≥ 1 for "the speedup grows"; both are reported real and simulated. DIR gets
-``results.json``, ``table.csv``, every run's iteration table (``{real,sim}_{run}_iterations.parquet``)
-and the real runs' reassignments and loads (``real_{run}_{reassignments,loads}.parquet``).
+Each run is then simulated with the profiling run's calibration (the same overrides, caps included),
+as calibrated (no timing noise on the scheduler's samples) and with the timing noise the calibration
+measured, over ``--seeds`` seeds (``predict``). Without noise the simulated scheduler trusts its
+samples too much: on 4 × H100 it piled 88–94 MB of the 102 MB onto one PS, where the real one spread
+them over 3–7 PSs, and under-predicted PSLD by 44–57%. The speedup S(k) is PSLD's rate over mxnet's at
+the same k, and the claim's statistic is S(largest k) / S(smallest k), which must be ≥ 1 for "the
+speedup grows"; it is reported for the real rates and both simulations. DIR gets ``results.json``,
+``table.csv``, every run's iteration table (``{real,sim}_{run}_iterations.parquet``; sim: the
+noiseless one) and the real runs' reassignments and loads (``real_{run}_{reassignments,loads}.parquet``).
+``resim`` recomputes the simulations from DIR's ``results.json`` alone into ``DIR/resim.json``.
 
 The real runs are this runtime's (gloo over loopback TCP, Python PSs), not MXNet's or BytePS's, so the
 test is of the mechanism the simulator models, not of the paper's testbed.
@@ -49,6 +55,7 @@ from experiments.psld_gpu import FROZEN, SCENARIO, _rate  # noqa: E402
 
 FAST_GBPS, SLOW_GBPS = 10.0, 1.0  # seed 002 §6.1: links capped at 10 Gbps, a straggler at 1 Gbps
 POLICIES = ("mxnet", "psld")
+SEEDS = 4  # PSLD simulations with the measured timing noise, per k
 # (profiling duration_s, run duration_s, warmup_s, overrides, k values) per size. A full run's warm-up
 # covers PSLD's first decisions (round-robin iterations with a 1 Gbit/s PS take about 1.7 s).
 SIZES: dict[str, tuple[float, float, float, list[str], tuple[int, ...]]] = {
@@ -106,7 +113,7 @@ def plan(
 
 
 def growth(rows: list[dict[str, Any]], side: str) -> dict[str, float]:
-    """S(k) = PSLD / mxnet at each k on one side (``real`` or ``sim``) of the table, and S(largest k) /
+    """S(k) = PSLD / mxnet at each k from the table's ``{side}_it_s`` column, and S(largest k) /
     S(smallest k) under ``"growth"``."""
     rate = {(r["policy"], r["k"]): r[f"{side}_it_s"] for r in rows}
     ks = sorted({k for _, k in rate})
@@ -114,15 +121,89 @@ def growth(rows: list[dict[str, Any]], side: str) -> dict[str, float]:
     return {**speedup, "growth": speedup[f"k{ks[-1]}"] / speedup[f"k{ks[0]}"]}
 
 
+def predict(
+    runs: dict[str, list[str]], calibration: list[str], noise: float, seeds: int
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Each run of ``plan`` simulated with ``calibration`` (the profiling run's overrides), twice over:
+
+    * as calibrated (``sim``: no timing noise on the scheduler's samples, ``runtime.psld.calibrate``
+      says why), seed 0;
+    * with the measured timing noise ``noise`` (``noisy_sim``), seeds 0..``seeds``-1: median, min, max.
+      Noise only perturbs the samples a scheduler reads, so mxnet (no scheduler) gets its one
+      noiseless rate there too.
+
+    Returns name -> rates and reassignment counts, and name -> the noiseless run objects."""
+    import numpy as np
+
+    from scenarios.load import load_scenario
+    from sim.psld import run as simulate
+
+    sims = {name: simulate(load_scenario(SCENARIO, [*o, *calibration])) for name, o in runs.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for name, o in runs.items():
+        rate, moves = _rate(sims[name]), len(sims[name].tables["reassignments"])
+        noisy = [(rate, moves)]
+        if name.startswith("psld"):
+            noisy = []
+            for seed in range(seeds):
+                result = simulate(
+                    load_scenario(SCENARIO, [*o, *calibration, f"costs.timing_noise={noise}", f"seed={seed}"])
+                )
+                noisy.append((_rate(result), len(result.tables["reassignments"])))
+        rates = [r for r, _ in noisy]
+        out[name] = {
+            "sim_it_s": rate,
+            "sim_reassignments": moves,
+            "noisy_sim_median_it_s": float(np.median(rates)),
+            "noisy_sim_min_it_s": min(rates),
+            "noisy_sim_max_it_s": max(rates),
+            "noisy_sim_reassignments": f"{min(m for _, m in noisy)}-{max(m for _, m in noisy)}",
+        }
+    return out, sims
+
+
+def table(real: dict[str, dict[str, Any]], sim: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (policy, k): the real rate and reassignments (``real``: name -> ``real_it_s``,
+    ``real_reassignments``, ``real_iterations``) next to ``predict``'s, with the relative errors of the
+    noiseless simulation and of the noisy median, and whether the real rate lies in the noisy range."""
+    rows = []
+    for name, r in real.items():
+        policy, k = name.split("-k")
+        p = sim[name]
+        it = r["real_it_s"]
+        rows.append(
+            {
+                "policy": policy,
+                "k": int(k),
+                **r,
+                **p,
+                "rel_error": (p["sim_it_s"] - it) / it if it > 0 else math.nan,
+                "noisy_rel_error": (p["noisy_sim_median_it_s"] - it) / it if it > 0 else math.nan,
+                "real_in_noisy_range": p["noisy_sim_min_it_s"] <= it <= p["noisy_sim_max_it_s"],
+            }
+        )
+    return rows
+
+
+def speedups(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """``growth`` of the real rates, the noiseless simulation's and the noisy simulation's medians."""
+    return {side: growth(rows, side) for side in ("real", "sim", "noisy_sim_median")}
+
+
 def measure(
-    base: list[str], ks: tuple[int, ...], profile_s: float, run_s: float, warmup_s: float, log=print
+    base: list[str],
+    ks: tuple[int, ...],
+    profile_s: float,
+    run_s: float,
+    warmup_s: float,
+    seeds: int = SEEDS,
+    log=print,
 ) -> dict[str, Any]:
-    """Every run of ``plan`` for real in one launch, the calibration, and each run's calibrated
-    simulation. Returns the JSON-able ``results`` and the run objects under ``runs``."""
+    """Every run of ``plan`` for real in one launch, the calibration, and ``predict``'s simulations.
+    Returns the JSON-able ``results`` and the run objects under ``runs``."""
     from runtime.psld.calibrate import calibrate
     from runtime.psld.run import run_real_many
     from scenarios.load import load_scenario
-    from sim.psld import run as simulate
 
     runs = plan(base, ks, profile_s, run_s, warmup_s)
     t0 = time.perf_counter()
@@ -131,26 +212,17 @@ def measure(
     log(f"real runs done in {real_wall:.0f} s (one launch: {', '.join(runs)})")
     cal = calibrate(reals["profiling"])
     log(f"calibration: {json.dumps(cal.as_dict())}")
-    sims = {name: simulate(load_scenario(SCENARIO, [*o, *cal.overrides()])) for name, o in runs.items()}
-    rows = []
-    for name in runs:
-        if name == "profiling":
-            continue
-        policy, k = name.split("-k")
-        real, sim = _rate(reals[name]), _rate(sims[name])
-        rows.append(
-            {
-                "policy": policy,
-                "k": int(k),
-                "real_it_s": real,
-                "sim_it_s": sim,
-                "rel_error": (sim - real) / real if real > 0 else math.nan,
-                "real_reassignments": len(reals[name].tables["reassignments"]),
-                "sim_reassignments": len(sims[name].tables["reassignments"]),
-                "real_iterations": int(reals[name].info["iterations_run"]),
-            }
-        )
-        log(f"{name}: real {real:.3f} it/s, sim {sim:.3f} it/s, error {rows[-1]['rel_error']:+.1%}")
+    predicted, sims = predict(runs, cal.overrides(), cal.timing_noise, seeds)
+    real = {
+        name: {
+            "real_it_s": _rate(result),
+            "real_reassignments": len(result.tables["reassignments"]),
+            "real_iterations": int(result.info["iterations_run"]),
+        }
+        for name, result in reals.items()
+        if name != "profiling"
+    }
+    rows = table(real, predicted)
     info = reals[f"psld-k{ks[0]}"].info
     results = {
         "scenario": str(SCENARIO.relative_to(ROOT)),
@@ -159,6 +231,7 @@ def measure(
         "profile_s": profile_s,
         "duration_s": run_s,
         "warmup_s": warmup_s,
+        "seeds": seeds,
         "device": info["device"],
         "workers": info["workers"],
         "servers": info["servers"],
@@ -168,10 +241,9 @@ def measure(
         "real_wall_s": real_wall,
         "calibration": cal.as_dict(),
         "profiling_it_s": _rate(reals["profiling"]),
-        "profiling_sim_it_s": _rate(sims["profiling"]),
+        "profiling_sim_it_s": predicted["profiling"]["sim_it_s"],
         "table": rows,
-        "speedup_real": growth(rows, "real"),
-        "speedup_sim": growth(rows, "sim"),
+        "speedup": speedups(rows),
         "sim_command": [
             f"clustertwin run {SCENARIO.relative_to(ROOT)} "
             + " ".join(f"--set '{o}'" for o in [*o, *cal.overrides()])
@@ -182,6 +254,29 @@ def measure(
     return {
         "results": results,
         "runs": {**{f"real_{n}": r for n, r in reals.items()}, **{f"sim_{n}": s for n, s in sims.items()}},
+    }
+
+
+def resim(folder: Path, seeds: int = SEEDS) -> dict[str, Any]:
+    """``results.json`` of ``folder`` with ``predict``'s simulations recomputed from its calibration (the
+    real rates as saved)."""
+    results = json.loads((folder / "results.json").read_text())
+    base = results["overrides"]
+    ks = tuple(results["ks"])
+    runs = plan(base, ks, results["profile_s"], results["duration_s"], results["warmup_s"])
+    cal = results["calibration"]
+    predicted, _ = predict(runs, cal["overrides"], cal["timing_noise"], seeds)
+    keep = ("real_it_s", "real_reassignments", "real_iterations")
+    real = {f"{r['policy']}-k{r['k']}": {key: r[key] for key in keep} for r in results["table"]}
+    rows = table(real, predicted)
+    results.pop("speedup_real", None)  # the layout before the noisy simulation existed
+    results.pop("speedup_sim", None)
+    return {
+        **results,
+        "seeds": seeds,
+        "profiling_sim_it_s": predicted["profiling"]["sim_it_s"],
+        "table": rows,
+        "speedup": speedups(rows),
     }
 
 
@@ -202,36 +297,42 @@ def write(out: Path, done: dict[str, Any]) -> None:
 
 
 def report(results: dict[str, Any]) -> str:
-    """The markdown summary of one ``run``'s results."""
+    """The markdown summary of one ``run``'s (or ``resim``'s) results."""
+    seeds = results["seeds"]
     lines = [
         f"{results['device']} workers, {results['workers']} workers, {results['servers']} vanilla PSs,"
         f" {results['blocks']} blocks ({results['model_bytes'] / 1e6:.1f} MB); PSs 0..k−1 at"
         f" {SLOW_GBPS:g} Gbit/s, the others at {FAST_GBPS:g}",
         "",
-        "| k | policy | real it/s | sim (calibrated) it/s | sim / real − 1 | reassignments real / sim |",
-        "|---|---|---|---|---|---|",
+        "| k | policy | real it/s | sim (calibrated) it/s | sim / real − 1 | with the measured noise,"
+        f" {seeds} seeds: median [min–max] it/s | median / real − 1 | reassignments real / sim / noisy sim |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results["table"]:
         lines.append(
             f"| {r['k']} | {r['policy']} | {r['real_it_s']:.3f} | {r['sim_it_s']:.3f} |"
-            f" {r['rel_error']:+.1%} | {r['real_reassignments']} / {r['sim_reassignments']} |"
+            f" {r['rel_error']:+.1%} | {r['noisy_sim_median_it_s']:.3f}"
+            f" [{r['noisy_sim_min_it_s']:.3f}–{r['noisy_sim_max_it_s']:.3f}] |"
+            f" {r['noisy_rel_error']:+.1%} | {r['real_reassignments']} / {r['sim_reassignments']} /"
+            f" {r['noisy_sim_reassignments']} |"
         )
-    real, sim = results["speedup_real"], results["speedup_sim"]
     ks = results["ks"]
     lines += [
         "",
         "| | " + " | ".join(f"S(k = {k})" for k in ks) + f" | S({ks[-1]}) / S({ks[0]}) (grows: ≥ 1) |",
         "|---|" + "---|" * (len(ks) + 1),
     ]
-    for side, s in (("real", real), ("sim", sim)):
+    names = {"real": "real", "sim": "sim (calibrated)", "noisy_sim_median": "sim with the noise (medians)"}
+    for side, s in results["speedup"].items():
         cells = [f"{s[f'k{k}']:.2f}×" for k in ks]
-        lines.append(f"| {side} | {' | '.join(cells)} | {s['growth']:.2f} ({s['growth'] >= 1}) |")
+        lines.append(f"| {names[side]} | {' | '.join(cells)} | {s['growth']:.2f} ({s['growth'] >= 1}) |")
     cal = results["calibration"]
     lines += [
         "",
         f"* profiling (no caps): real {results['profiling_it_s']:.3f} it/s, calibrated sim"
         f" {results['profiling_sim_it_s']:.3f} it/s; link {cal['link_gbps']:.2f} Gbit/s per process,"
-        f" compute {cal['compute_s'] * 1e3:.1f} ms, latency {cal['latency_s'] * 1e3:.2f} ms",
+        f" compute {cal['compute_s'] * 1e3:.1f} ms, latency {cal['latency_s'] * 1e3:.2f} ms, timing noise"
+        f" {cal['timing_noise']:.3f}",
         f"* real runs' wall time (one launch, start-up included): {results['real_wall_s']:.0f} s",
     ]
     return "\n".join(lines)
@@ -249,9 +350,22 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--k", type=int, nargs="+", help="numbers of 1 Gbit/s PSs (default 1 2 4; tiny 1 2)")
     rep = commands.add_parser("report", help="print the markdown tables of a run's results")
     rep.add_argument("--from", dest="source", type=Path, required=True)
+    again = commands.add_parser(
+        "resim", help="recompute the simulations from DIR's calibration (DIR/resim.json)"
+    )
+    again.add_argument("--from", dest="source", type=Path, required=True)
+    for sub in (run, again):
+        sub.add_argument("--seeds", type=int, default=SEEDS, help="PSLD simulations with the measured noise")
     args = parser.parse_args(argv)
+    if getattr(args, "seeds", 1) < 1:
+        parser.error(f"--seeds: the noisy range needs at least one simulation (got {args.seeds})")
     if args.command == "report":
         print(report(json.loads((args.source / "results.json").read_text())))
+        return 0
+    if args.command == "resim":
+        results = resim(args.source, args.seeds)
+        (args.source / "resim.json").write_text(json.dumps(results, indent=1) + "\n")
+        print(report(results))
         return 0
     size = "tiny" if args.tiny else "full"
     profile_s, run_s, warmup_s, extra, ks = SIZES[size]
@@ -262,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     t0 = time.perf_counter()
-    done = measure(base, ks, profile_s, run_s, warmup_s)
+    done = measure(base, ks, profile_s, run_s, warmup_s, args.seeds)
     done["results"]["size"] = size
     done["results"]["wall_s"] = time.perf_counter() - t0
     write(args.out, done)
