@@ -22,8 +22,8 @@ and 8 vanilla PSs, as Fig. 14 (8 workers, 1:1), and runs in one launch of the pr
 Each run is then simulated with the profiling run's calibration (the same overrides, caps included),
 as calibrated (no timing noise on the scheduler's samples) and with the timing noise the calibration
 measured, over ``--seeds`` seeds (``predict``). Without noise the simulated scheduler trusts its
-samples too much: on 4 × H100 it piled 88–94 MB of the 102 MB onto one PS, where the real one spread
-them over 3–7 PSs, and under-predicted PSLD by 44–57%. The speedup S(k) is PSLD's rate over mxnet's at
+samples too much: on 4 × H100 it piled 88–95 MB of the 102 MB onto one PS, where the real one spread
+them over 3–7 PSs, and under-predicted PSLD by 40–57%. The speedup S(k) is PSLD's rate over mxnet's at
 the same k, and the claim's statistic is S(largest k) / S(smallest k), which must be ≥ 1 for "the
 speedup grows"; it is reported for the real rates and both simulations. DIR gets ``results.json``,
 ``table.csv``, every run's iteration table (``{real,sim}_{run}_iterations.parquet``; sim: the
