@@ -338,6 +338,13 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _seeds(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"the noisy range needs at least one simulation (got {n})")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -355,10 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     again.add_argument("--from", dest="source", type=Path, required=True)
     for sub in (run, again):
-        sub.add_argument("--seeds", type=int, default=SEEDS, help="PSLD simulations with the measured noise")
+        sub.add_argument(
+            "--seeds", type=_seeds, default=SEEDS, help="PSLD simulations with the measured noise"
+        )
     args = parser.parse_args(argv)
-    if getattr(args, "seeds", 1) < 1:
-        parser.error(f"--seeds: the noisy range needs at least one simulation (got {args.seeds})")
+    if args.command != "run" and not (args.source / "results.json").is_file():
+        parser.error(f"--from {args.source}: no results.json there (a folder that `run` wrote)")
     if args.command == "report":
         print(report(json.loads((args.source / "results.json").read_text())))
         return 0
@@ -377,12 +386,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     t0 = time.perf_counter()
     done = measure(base, ks, profile_s, run_s, warmup_s, args.seeds)
-    done["results"]["size"] = size
-    done["results"]["wall_s"] = time.perf_counter() - t0
-    write(args.out, done)
-    print()
-    print(report(done["results"]))
-    print(f"\nwall time {done['results']['wall_s']:.0f} s; results in {args.out}")
+    results = {**done["results"], "size": size, "wall_s": time.perf_counter() - t0}
+    write(args.out, {**done, "results": results})
+    print(f"\n{report(results)}\n\nwall time {results['wall_s']:.0f} s; results in {args.out}")
     return 0
 
 

@@ -76,3 +76,19 @@ def test_tiny_cpu_run_writes_the_table_and_every_speedup_row(tmp_path: Path, cap
     again = {(r["policy"], r["k"]): r for r in json.loads((out / "resim.json").read_text())["table"]}
     assert all(again[key]["sim_it_s"] == pytest.approx(row["sim_it_s"]) for key, row in rows.items())
     assert all(again[key]["real_it_s"] == row["real_it_s"] for key, row in rows.items())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "--from", "{tmp}"],
+        ["resim", "--from", "{tmp}"],
+        ["resim", "--from", "{tmp}", "--seeds", "0"],
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(tmp_path: Path, argv: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([a.format(tmp=tmp_path) for a in argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "results.json" in err or "at least one simulation" in err
