@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # python experiments/psld_stragglers_gpu.py from anywhere
     sys.path.insert(0, str(ROOT))
 
-from experiments.psld_gpu import FROZEN, SCENARIO, _rate  # noqa: E402
+from experiments.psld_gpu import SCENARIO, _rate, run_overrides, seed_spread  # noqa: E402
 
 FAST_GBPS, SLOW_GBPS = 10.0, 1.0  # seed 002 §6.1: links capped at 10 Gbps, a straggler at 1 Gbps
 POLICIES = ("mxnet", "psld")
@@ -90,25 +90,10 @@ def plan(
     servers = load_scenario(SCENARIO, base).cluster.servers
     if not ks or min(ks) < 1 or max(ks) >= servers:
         raise ValueError(f"--k: each k must be 1..{servers - 1} (a PS must stay fast), got {list(ks)}")
-    runs = {
-        "profiling": [
-            *base,
-            "policy=psld",
-            "stragglers=[]",
-            *FROZEN,
-            f"duration_s={profile_s}",
-            f"warmup_s={min(warmup_s, profile_s / 2)}",
-        ],
-    }
+    runs = {"profiling": run_overrides("profiling", base, profile_s, run_s, warmup_s)}
     for k in ks:
         for p in POLICIES:
-            runs[f"{p}-k{k}"] = [
-                *base,
-                f"policy={p}",
-                links(k, servers),
-                f"duration_s={run_s}",
-                f"warmup_s={warmup_s}",
-            ]
+            runs[f"{p}-k{k}"] = run_overrides(p, [*base, links(k, servers)], profile_s, run_s, warmup_s)
     return runs
 
 
@@ -133,8 +118,6 @@ def predict(
       noiseless rate there too.
 
     Returns name -> rates and reassignment counts, and name -> the noiseless run objects."""
-    import numpy as np
-
     from scenarios.load import load_scenario
     from sim.psld import run as simulate
 
@@ -142,22 +125,16 @@ def predict(
     out: dict[str, dict[str, Any]] = {}
     for name, o in runs.items():
         rate, moves = _rate(sims[name]), len(sims[name].tables["reassignments"])
-        noisy = [(rate, moves)]
+        noisy = {"median": rate, "min": rate, "max": rate, "reassignments": [moves]}
         if name.startswith("psld"):
-            noisy = []
-            for seed in range(seeds):
-                result = simulate(
-                    load_scenario(SCENARIO, [*o, *calibration, f"costs.timing_noise={noise}", f"seed={seed}"])
-                )
-                noisy.append((_rate(result), len(result.tables["reassignments"])))
-        rates = [r for r, _ in noisy]
+            noisy = seed_spread(SCENARIO, [*o, *calibration, f"costs.timing_noise={noise}"], seeds)
         out[name] = {
             "sim_it_s": rate,
             "sim_reassignments": moves,
-            "noisy_sim_median_it_s": float(np.median(rates)),
-            "noisy_sim_min_it_s": min(rates),
-            "noisy_sim_max_it_s": max(rates),
-            "noisy_sim_reassignments": f"{min(m for _, m in noisy)}-{max(m for _, m in noisy)}",
+            "noisy_sim_median_it_s": noisy["median"],
+            "noisy_sim_min_it_s": noisy["min"],
+            "noisy_sim_max_it_s": noisy["max"],
+            "noisy_sim_reassignments": f"{min(noisy['reassignments'])}-{max(noisy['reassignments'])}",
         }
     return out, sims
 
@@ -191,6 +168,7 @@ def speedups(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def measure(
+    runs: dict[str, list[str]],
     base: list[str],
     ks: tuple[int, ...],
     profile_s: float,
@@ -199,13 +177,13 @@ def measure(
     seeds: int = SEEDS,
     log=print,
 ) -> dict[str, Any]:
-    """Every run of ``plan`` for real in one launch, the calibration, and ``predict``'s simulations.
-    Returns the JSON-able ``results`` and the run objects under ``runs``."""
+    """Every run of ``runs`` (``plan(base, ks, profile_s, run_s, warmup_s)``) for real in one launch, the
+    calibration, and ``predict``'s simulations. Returns the JSON-able ``results`` and the run objects
+    under ``runs``."""
     from runtime.psld.calibrate import calibrate
     from runtime.psld.run import run_real_many
     from scenarios.load import load_scenario
 
-    runs = plan(base, ks, profile_s, run_s, warmup_s)
     t0 = time.perf_counter()
     reals = dict(zip(runs, run_real_many([load_scenario(SCENARIO, o) for o in runs.values()]), strict=True))
     real_wall = time.perf_counter() - t0
@@ -381,11 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     ks = tuple(sorted(set(args.k))) if args.k else ks
     base = [*extra, f"runtime.device={args.device}"]
     try:
-        plan(base, ks, profile_s, run_s, warmup_s)
+        runs = plan(base, ks, profile_s, run_s, warmup_s)
     except ValueError as e:
         parser.error(str(e))
     t0 = time.perf_counter()
-    done = measure(base, ks, profile_s, run_s, warmup_s, args.seeds)
+    done = measure(runs, base, ks, profile_s, run_s, warmup_s, args.seeds)
     results = {**done["results"], "size": size, "wall_s": time.perf_counter() - t0}
     write(args.out, {**done, "results": results})
     print(f"\n{report(results)}\n\nwall time {results['wall_s']:.0f} s; results in {args.out}")
