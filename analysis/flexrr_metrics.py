@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from scenarios.results import RunResult
+from clustertwin.scenarios.results import RunResult
 
 
 def flexrr_metrics(result: RunResult) -> dict[str, float]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from analysis.metrics import gavel_metrics
-from scenarios.results import RunResult
+from clustertwin.analysis.gavel_metrics import gavel_metrics
+from clustertwin.scenarios.results import RunResult
 
 
 def market_metrics(result: RunResult, cluster_gpus: dict[str, int]) -> dict[str, float]:

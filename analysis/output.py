@@ -20,10 +20,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from analysis.plots import plot_run
-from scenarios.errors import InputError
-from scenarios.results import RunResult
+from clustertwin.analysis.gavel_plots import plot_run
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.results import RunResult
 
 SUMMARY = "summary.json"
 FORMAT_VERSION = 1

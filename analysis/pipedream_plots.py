@@ -1,7 +1,7 @@
 """PNG plots of a PipeDream-level run folder (``ops.parquet``, ``devices.parquet``): the op timeline
 per device (the pipeline diagram of the papers' figures) and peak memory per device.
 
-matplotlib's object API (no pyplot): Agg rendering, no global state, as ``analysis.plots``.
+matplotlib's object API (no pyplot): Agg rendering, no global state, as ``analysis.gavel_plots``.
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from clustertwin.scenarios.errors import InputError
 from matplotlib.figure import Figure
-
-from scenarios.errors import InputError
 
 _COLOURS = {"F": "#4c72b0", "B": "#55a868", "W": "#c44e52", "allreduce": "#dd8452"}
 

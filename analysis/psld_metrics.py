@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from scenarios.results import RunResult
+from clustertwin.scenarios.results import RunResult
 
 
 def window_rate(iterations, start_s: float, end_s: float) -> float:

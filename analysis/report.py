@@ -29,11 +29,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from clustertwin.analysis.atomic import write_text
+from clustertwin.scenarios.errors import InputError
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-
-from analysis.atomic import write_text
-from scenarios.errors import InputError
 
 REPORT_FILE = "report.html"
 MAX_ROWS = 40
@@ -130,9 +129,9 @@ def _run_report(folder: Path) -> tuple[str, str]:
 def _replot(folder: Path, kind: Any) -> list[Path]:
     """A run folder written with --no-plots: draw its plots now, when its kind has any."""
     if kind == "gavel":
-        from analysis.plots import plot_run as plot
+        from clustertwin.analysis.gavel_plots import plot_run as plot
     elif kind == "pipedream":
-        from analysis.pipedream_plots import plot_pipedream_run as plot
+        from clustertwin.analysis.pipedream_plots import plot_pipedream_run as plot
     else:
         return []
     try:

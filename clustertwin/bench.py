@@ -16,12 +16,12 @@ import time
 
 import numpy as np
 
-from policies.gavel.problem import AllocationInput
-from policies.registry import make_policy
-from scenarios.load import load_scenario
-from sim import run_scenario
-from traces.gavel_generator import generate_gavel_jobs
-from traces.gavel_throughputs import ThroughputTable
+from clustertwin.policies.gavel.problem import AllocationInput
+from clustertwin.policies.registry import make_policy
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim import run_scenario
+from clustertwin.traces.gavel_generator import generate_gavel_jobs
+from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 FULL_POINT = (
     "workload.generate.num_jobs=7000",

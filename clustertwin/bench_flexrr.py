@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from scenarios.load import load_scenario
-from sim.flexrr import run
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim.flexrr import run
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "flexrr-default.yaml"
 # the size, stated explicitly so a change of the default scenario does not change the benchmark

@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from policies.pipedream.ops import Schedule
-from policies.pipedream.partition import Level, plan_partition
-from policies.pipedream.schedules import make_schedule
-from sim.pipedream.executor import simulate
-from sim.pipedream.model import ChunkCost, Device, Network
-from sim.pipedream.runner import chunk_costs
-from traces.pipedream_profile import BUNDLED_BATCH_SIZES, ModelProfile, bundled_profile
+from clustertwin.policies.pipedream.ops import Schedule
+from clustertwin.policies.pipedream.partition import Level, plan_partition
+from clustertwin.policies.pipedream.schedules import make_schedule
+from clustertwin.sim.pipedream.executor import simulate
+from clustertwin.sim.pipedream.model import ChunkCost, Device, Network
+from clustertwin.sim.pipedream.runner import chunk_costs
+from clustertwin.traces.pipedream_profile import BUNDLED_BATCH_SIZES, ModelProfile, bundled_profile
 
 GB = 1e9
 

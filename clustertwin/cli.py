@@ -20,14 +20,14 @@ from rich.console import Console
 from rich.table import Table
 
 from clustertwin.progress import progress_bar
+from clustertwin.scenarios.errors import InputError, RunFailure
+from clustertwin.scenarios.gavel_schema import Scenario
+from clustertwin.scenarios.kinds import AnyScenario
+from clustertwin.scenarios.load import load_scenario, scenario_to_dict
 from clustertwin.solver_banner import silence_solver_banner
-from scenarios.errors import InputError, RunFailure
-from scenarios.kinds import AnyScenario
-from scenarios.load import load_scenario, scenario_to_dict
-from scenarios.schema import Scenario
 
 if TYPE_CHECKING:
-    from runtime.profile import ProfileRow
+    from clustertwin.runtime.gavel.profile import ProfileRow
 
 EXIT_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -184,7 +184,7 @@ def _add_overrides(command: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.output import ensure_replaceable, write_run
+    from clustertwin.analysis.output import ensure_replaceable, write_run
     from clustertwin.kinds import ops_for
 
     scenario = load_scenario(args.scenario, args.overrides)
@@ -202,9 +202,9 @@ def _run(args: argparse.Namespace) -> int:
     ensure_replaceable(out)
 
     if args.backend == "real":
-        from runtime import run_scenario
+        from clustertwin.runtime import run_scenario
     else:
-        from sim import run_scenario
+        from clustertwin.sim import run_scenario
 
     started = time.perf_counter()
     verb = "running" if args.backend == "real" else "simulating"
@@ -323,7 +323,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from analysis.compare import compare_runs, ratio_table, write_comparison
+    from clustertwin.analysis.compare import compare_runs, ratio_table, write_comparison
 
     comparison = compare_runs(args.sim_dir, args.real_dir)
     out = args.out or args.real_dir / f"compare-vs-{args.sim_dir.resolve().name}"
@@ -352,14 +352,14 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from analysis.report import write_report
+    from clustertwin.analysis.report import write_report
 
     print(write_report(args.dir))
     return 0
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from runtime import profile
+    from clustertwin.runtime.gavel import profile
 
     if args.steps is not None and args.steps < 1:
         raise InputError(f"--steps {args.steps}", "a measured lease needs at least 1 step")
@@ -414,7 +414,7 @@ def _measured(row: ProfileRow) -> None:
 
 def _check_policy(scenario: AnyScenario) -> None:
     """Build a Gavel policy once so an unknown name or parameter fails before any work starts."""
-    from policies.registry import make_policy
+    from clustertwin.policies.registry import make_policy
 
     if not isinstance(scenario, Scenario):
         return

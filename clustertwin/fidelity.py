@@ -33,11 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from analysis.atomic import write_text
+from clustertwin.analysis.atomic import write_text
 from clustertwin.progress import ProgressCallback, progress_bar
-from scenarios.errors import InputError
-from scenarios.kinds import AnyScenario
-from scenarios.load import load_scenario, scenario_to_dict
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.kinds import AnyScenario
+from clustertwin.scenarios.load import load_scenario, scenario_to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "scenarios" / "validation" / "suite.yaml"
@@ -355,8 +355,8 @@ def _run_with_prediction(case: Case, case_dir: Path, step: ProgressCallback) -> 
     """A real run whose own tables carry the simulator's prediction of it (``kind: spot_real``: the
     prediction is anchored on the measured step rate, so it cannot run first): metric ``m`` is compared
     with ``predicted_m`` of the same summary."""
-    import runtime
-    from analysis.compare import relative_error
+    from clustertwin import runtime
+    from clustertwin.analysis.compare import relative_error
 
     def real_run(scenario: AnyScenario, progress: ProgressCallback) -> Any:
         return runtime.run_scenario(scenario, progress=progress)
@@ -376,9 +376,8 @@ def _run_with_prediction(case: Case, case_dir: Path, step: ProgressCallback) -> 
 
 def _run_twin(case: Case, case_dir: Path, step: ProgressCallback) -> dict[str, Any]:
     """Simulate the case (seconds; checks the metric names), then run it for real, then compare."""
-    import runtime
-    import sim
-    from analysis.compare import relative_error
+    from clustertwin import runtime, sim
+    from clustertwin.analysis.compare import relative_error
 
     sim_dir = case_dir / "sim"
     sim_metrics = _run_and_write(
@@ -411,7 +410,7 @@ def _run_twin(case: Case, case_dir: Path, step: ProgressCallback) -> dict[str, A
     }
     record: dict[str, Any] = {"status": "ok", "sim_dir": str(sim_dir), "real_dir": str(case_dir / "real")}
     if case.kind == "gavel":
-        from analysis.compare import compare_runs, write_comparison
+        from clustertwin.analysis.compare import compare_runs, write_comparison
 
         comparison = compare_runs(sim_dir, case_dir / "real")
         write_comparison(comparison, case_dir / "compare")
@@ -439,7 +438,7 @@ def _run_and_write(
     """Run the case's scenario with ``execute`` and write a run folder, as ``clustertwin run`` does."""
     import shutil
 
-    from analysis.output import write_run
+    from clustertwin.analysis.output import write_run
     from clustertwin.kinds import ops_for
 
     ops = ops_for(case.kind)
@@ -472,7 +471,7 @@ def _run_gpu_experiment(
     the experiment's ``compare`` step first (which writes into ``from_dir``). Without: the experiment runs
     in ``case_dir/work`` (profile, size, real run, then compare; a GPU machine, about 30 minutes).
     """
-    from analysis.compare import relative_error
+    from clustertwin.analysis.compare import relative_error
 
     policy = case.scenario.policy.name
     work = (from_dir or case_dir / "work").resolve()
@@ -512,7 +511,7 @@ def _run_experiment_script(
     ``<configuration> <metric>``."""
     import pandas as pd
 
-    from analysis.compare import relative_error
+    from clustertwin.analysis.compare import relative_error
 
     name = case.experiment or ""
     spec = EXPERIMENTS[name]

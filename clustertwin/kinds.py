@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scenarios.results import RunResult
+from clustertwin.scenarios.results import RunResult
 
 Metrics = Callable[[Any, RunResult], dict[str, float]]
 
@@ -26,43 +26,43 @@ class KindOps:
 
 def ops_for(kind: str) -> KindOps:
     if kind == "gavel":
-        from analysis.metrics import gavel_metrics
-        from analysis.plots import plot_run
-        from scenarios.results import check_tables
+        from clustertwin.analysis.gavel_metrics import gavel_metrics
+        from clustertwin.analysis.gavel_plots import plot_run
+        from clustertwin.scenarios.results import check_tables
 
         def metrics(scenario: Any, result: RunResult) -> dict[str, float]:
             if scenario.market is not None:  # a spot fleet: the cost is what the billing table says
-                from analysis.gavel_market import market_metrics
+                from clustertwin.analysis.gavel_market import market_metrics
 
                 return market_metrics(result, scenario.cluster.gpus)
             return gavel_metrics(result, scenario.cluster.gpus, scenario.cluster.prices)
 
         return KindOps(check_tables, metrics, plot_run, has_real=True)
     if kind == "flexrr":
-        from analysis.flexrr_metrics import flexrr_metrics
-        from scenarios.flexrr_results import check_flexrr_tables
+        from clustertwin.analysis.flexrr_metrics import flexrr_metrics
+        from clustertwin.scenarios.flexrr_results import check_flexrr_tables
 
         return KindOps(check_flexrr_tables, lambda _, r: flexrr_metrics(r), None, has_real=True)
     if kind == "pipedream":
-        from analysis.pipedream_metrics import pipedream_metrics
-        from analysis.pipedream_plots import plot_pipedream_run
-        from scenarios.pipedream_results import check_pipedream_tables
+        from clustertwin.analysis.pipedream_metrics import pipedream_metrics
+        from clustertwin.analysis.pipedream_plots import plot_pipedream_run
+        from clustertwin.scenarios.pipedream_results import check_pipedream_tables
 
         return KindOps(
             check_pipedream_tables, lambda _, r: pipedream_metrics(r), plot_pipedream_run, has_real=False
         )
     if kind == "spot":
-        from analysis.spot_metrics import spot_metrics
-        from scenarios.spot_results import check_spot_tables
+        from clustertwin.analysis.spot_metrics import spot_metrics
+        from clustertwin.scenarios.spot_results import check_spot_tables
 
         return KindOps(check_spot_tables, lambda _, r: spot_metrics(r), None, has_real=False)
     if kind == "psld":
-        from analysis.psld_metrics import psld_metrics
-        from scenarios.psld_results import check_psld_tables
+        from clustertwin.analysis.psld_metrics import psld_metrics
+        from clustertwin.scenarios.psld_results import check_psld_tables
 
         return KindOps(check_psld_tables, lambda _, r: psld_metrics(r), None, has_real=True)
     if kind == "spot_real":
-        from scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
+        from clustertwin.scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
 
         return KindOps(check_spot_real_tables, lambda _, r: spot_real_metrics(r), None, has_real=True)
     raise KeyError(f"no command-line support for scenario kind {kind!r}")

@@ -20,10 +20,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from analysis.atomic import write_json
+from clustertwin.analysis.atomic import write_json
 from clustertwin.progress import progress_bar
+from clustertwin.scenarios.claims import Claim, load_claims
 from clustertwin.solver_banner import silence_solver_banner
-from scenarios.claims import Claim, load_claims
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ def runs_of(claim: Claim, quick: bool) -> dict[str, list[RunSpec]]:
 
 def simulate(spec: RunSpec) -> dict[str, float]:
     """One simulation's flat metrics (runs in a worker process)."""
-    from analysis.metrics import gavel_metrics
-    from scenarios.load import load_scenario
-    from sim import run_scenario
+    from clustertwin.analysis.gavel_metrics import gavel_metrics
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim import run_scenario
 
     scenario = load_scenario(spec.scenario, spec.overrides)
     result = run_scenario(scenario)

@@ -40,9 +40,9 @@ SENSITIVITY_DELAY = 2.0  # Fig. 3.12 uses the Slow Worker pattern; its delay is 
 
 def simulate(spec: Spec) -> dict[str, float]:
     """One run's flat metrics (in a worker process)."""
-    from analysis.flexrr_metrics import flexrr_metrics
-    from scenarios.load import load_scenario
-    from sim.flexrr import run
+    from clustertwin.analysis.flexrr_metrics import flexrr_metrics
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.flexrr import run
 
     scenario = load_scenario(SCENARIOS / spec.scenario, spec.overrides)
     return flexrr_metrics(run(scenario))

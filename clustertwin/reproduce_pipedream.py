@@ -41,13 +41,13 @@ from clustertwin.bench_pipedream import (
     vgg16_1f1b_inputs,
 )
 from clustertwin.coded_claims import Row, save_and_print
-from policies.pipedream import ptdp
-from policies.pipedream.brute_force import brute_force
-from policies.pipedream.partition import Convention, Level, plan_partition
-from policies.pipedream.schedules import make_schedule
-from sim.pipedream.executor import SimOutcome, simulate
-from sim.pipedream.model import ChunkCost, Device, Network
-from traces.pipedream_profile import bundled_profile
+from clustertwin.policies.pipedream import ptdp
+from clustertwin.policies.pipedream.brute_force import brute_force
+from clustertwin.policies.pipedream.partition import Convention, Level, plan_partition
+from clustertwin.policies.pipedream.schedules import make_schedule
+from clustertwin.sim.pipedream.executor import SimOutcome, simulate
+from clustertwin.sim.pipedream.model import ChunkCost, Device, Network
+from clustertwin.traces.pipedream_profile import bundled_profile
 
 TF, TB = 1.0, 2.0  # notes §2: the oracles' stage costs (t_b = 2 t_f, as in practice)
 EXACT = 1e-9  # relative slack for identities: floating-point summation only

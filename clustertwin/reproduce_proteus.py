@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from analysis.atomic import write_json
+from clustertwin.analysis.atomic import write_json
 from clustertwin.progress import progress_bar
 
 CONFIGS: dict[str, tuple[str, ...]] = {
@@ -227,7 +227,7 @@ def _tolerance(claim: Claim) -> str:
 
 def stage_claims() -> list[dict]:
     """AgileML stage slowdowns from the performance model (relative to traditional, same machines)."""
-    from sim.spot.perf import DEFAULT_PERF as m
+    from clustertwin.sim.spot.perf import DEFAULT_PERF as m
 
     def row(
         claim: str, paper: str, value: float, tol: str, ok: bool, note: str = "", gate: bool = True
@@ -329,10 +329,10 @@ def _cached_run(cache: Path, market: str, hours: float, seed: int, config: str) 
 
 def simulate(overrides: tuple[str, ...]) -> dict[str, float]:
     """One run of the bundled spot-default scenario with ``overrides``; its flat metrics."""
-    from analysis.spot_metrics import spot_metrics
-    from scenarios.load import load_scenario
-    from scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
-    from sim.spot import run
+    from clustertwin.analysis.spot_metrics import spot_metrics
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
+    from clustertwin.sim.spot import run
 
     result = run(load_scenario(DEFAULT_SPOT_SCENARIO, overrides))
     if not result.info["completed"]:

@@ -66,9 +66,9 @@ RECOVERY_WINDOWS = {"before": (30.0, 90.0), "during": (150.0, 360.0), "after": (
 
 def simulate(spec: Spec) -> dict[str, float]:
     """One run's flat metrics plus the Fig. 18 window rates (in a worker process)."""
-    from analysis.psld_metrics import psld_metrics, window_rate
-    from scenarios.load import load_scenario
-    from sim.psld import run
+    from clustertwin.analysis.psld_metrics import psld_metrics, window_rate
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.psld import run
 
     scenario = load_scenario(SCENARIOS / spec.scenario, spec.overrides)
     result = run(scenario)
@@ -87,8 +87,8 @@ def default_loads(framework: str, servers: int, seed: int = 0) -> list[float]:
     """Millions of parameters per PS of ResNet-101 under TensorFlow's or MXNet's default (Tables 1-2)."""
     import numpy as np
 
-    from policies.psld.baselines import mxnet_layout, tensorflow_layout
-    from traces.psld_models import psld_model
+    from clustertwin.policies.psld.baselines import mxnet_layout, tensorflow_layout
+    from clustertwin.traces.psld_models import psld_model
 
     tensors = psld_model("resnet101").tensors
     ids = list(range(servers))

@@ -35,12 +35,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from analysis.atomic import write_atomically, write_json
+from clustertwin.analysis.atomic import write_atomically, write_json
 from clustertwin.progress import progress_bar
-from scenarios.errors import InputError
-from scenarios.kinds import AnyScenario
-from scenarios.load import load_scenario
-from scenarios.sweep_schema import AXIS_COLUMNS, AXIS_FIELDS, SweepSpec, load_sweep
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.kinds import AnyScenario
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.scenarios.sweep_schema import AXIS_COLUMNS, AXIS_FIELDS, SweepSpec, load_sweep
 
 SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.parquet"
@@ -157,7 +157,7 @@ def _check_policy(scenario: AnyScenario) -> None:
     """A Gavel policy is built once, so an unknown name or parameter fails before the sweep starts."""
     if scenario.kind != "gavel":
         return
-    from policies.registry import make_policy
+    from clustertwin.policies.registry import make_policy
 
     try:
         make_policy(scenario.policy.name, **scenario.policy.params)
@@ -180,7 +180,7 @@ def _where(label: str, lines: dict, path: tuple) -> str:
 def simulate(scenario: AnyScenario) -> dict[str, float]:
     """One simulation's flat metrics: the default runner of a sweep (runs in a Ray worker)."""
     from clustertwin.kinds import ops_for
-    from sim import run_scenario
+    from clustertwin.sim import run_scenario
 
     ops = ops_for(scenario.kind)
     result = run_scenario(scenario)

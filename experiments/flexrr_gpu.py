@@ -47,11 +47,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
-
-from analysis.flexrr_metrics import flexrr_metrics
-from scenarios.flexrr_schema import FlexRRScenario
-from scenarios.load import load_scenario
-from scenarios.results import RunResult
+from clustertwin.analysis.flexrr_metrics import flexrr_metrics
+from clustertwin.scenarios.flexrr_schema import FlexRRScenario
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.scenarios.results import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "scenarios" / "flexrr-default.yaml"
@@ -171,8 +170,7 @@ def size_batch(setup: Setup) -> tuple[int, dict[str, float]]:
     ``target_iteration_s`` on this machine's first device: timed at a trial size, scaled, timed again and
     scaled once more (a chunk's fixed costs make the time not quite proportional)."""
     import torch
-
-    from runtime.flexrr.model import MLRProblem, delta_items
+    from clustertwin.runtime.flexrr.model import MLRProblem, delta_items
 
     torch.set_num_threads(1)  # as a worker process
     device = torch.device("cuda:0" if setup.device == "cuda" else "cpu")
@@ -336,8 +334,8 @@ def _jsonable(info: dict) -> dict:
 
 def run_experiment(setup: Setup, out: Path, echo=print) -> dict:
     """Steps 1-5 of the module docstring; returns what ``results.json`` holds."""
-    from runtime.flexrr.launch import run_real, run_real_many
-    from sim.flexrr import run as simulate
+    from clustertwin.runtime.flexrr.launch import run_real, run_real_many
+    from clustertwin.sim.flexrr import run as simulate
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").unlink(missing_ok=True)  # a folder without it is not a finished run

@@ -13,7 +13,7 @@
    trains a background job, as in the real run's steady state, where the co-located CPU workers share
    the socket's memory bandwidth and cache. Measured alone (``--isolated-profile``), Recommendation on
    ``cpu`` ran 2.5x faster than in the real run and the calibrated simulator under-predicted the
-   makespan by 30% (a 1.9x of that was its subnormal momentum, since flushed: ``runtime.training_env``).
+   makespan by 30% (a 1.9x of that was its subnormal momentum, since flushed: ``runtime.gavel.training_env``).
 2. Size the trace: each job's steps are its base duration on a `cpu` worker times a common scale, chosen
    (by bisection on the *simulator*, calibrated by the profile) so that the first policy takes about
    ``--target-s`` seconds.
@@ -53,7 +53,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.profile import overheads_path
+from clustertwin.runtime.gavel.profile import overheads_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,9 +104,9 @@ def write_trace(path: Path, scale: float, throughput: dict[str, float]) -> None:
 
 
 def simulated_makespan(overrides: list[str]) -> float:
-    from analysis.metrics import gavel_metrics
-    from scenarios.load import load_scenario
-    from sim import run_scenario
+    from clustertwin.analysis.gavel_metrics import gavel_metrics
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim import run_scenario
 
     scenario = load_scenario(SCENARIO, overrides)
     return float(gavel_metrics(run_scenario(scenario), dict(scenario.cluster.gpus))["makespan_s"])
@@ -151,9 +151,9 @@ def shares(policies: list[str], gpus: list[int]) -> list[tuple[list[int] | None,
 def pinnable(cpus: list[int] | None) -> bool:
     """Whether a share of the machine gives each of the scenario's slots a core of its own: half of the
     16-vCPU one-GPU host does not (9 slots), half of the 32-vCPU two-GPU host does."""
-    from runtime.cores import slot_cores
-    from scenarios.errors import InputError
-    from scenarios.load import load_scenario
+    from clustertwin.runtime.cores import slot_cores
+    from clustertwin.scenarios.errors import InputError
+    from clustertwin.scenarios.load import load_scenario
 
     if cpus is None:
         return True
@@ -319,7 +319,7 @@ def round_rates(real: Path) -> pd.DataFrame:
     rounds = pd.read_parquet(real / "rounds.parquet").merge(jobs, on="job_id")
     summary = real / "summary.json"
     restart = json.loads(summary.read_text())["run"]["round_overhead_s"] if summary.is_file() else {}
-    from scenarios.load import load_scenario
+    from clustertwin.scenarios.load import load_scenario
 
     workers = load_scenario(SCENARIO).real.workers  # the experiment's worker types
     cpu = [name for name, worker in workers.items() if worker.device == "cpu"]

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 
-from policies.pipedream.partition import Level, plan_partition
-from policies.pipedream.schedules import make_schedule
-from sim.pipedream.executor import simulate
-from sim.pipedream.model import Device, Network
-from sim.pipedream.runner import chunk_costs
-from traces.pipedream_profile import bundled_profile
+from clustertwin.policies.pipedream.partition import Level, plan_partition
+from clustertwin.policies.pipedream.schedules import make_schedule
+from clustertwin.sim.pipedream.executor import simulate
+from clustertwin.sim.pipedream.model import Device, Network
+from clustertwin.sim.pipedream.runner import chunk_costs
+from clustertwin.traces.pipedream_profile import bundled_profile
 
 GB = 1e9
 CLUSTERS = {
@@ -51,9 +51,9 @@ def gpipe_vs_1f1b() -> None:
     """Seed 001 §2.5.4: GPipe (with recomputation, NOAM = 16 microbatches per flush) vs PipeDream's
     1F1B on the same straight 16-stage GNMT-16 pipeline; the paper reports 55% (A) / 71% (B) lower
     throughput for GPipe."""
-    from analysis.pipedream_metrics import pipedream_metrics
-    from scenarios.pipedream_schema import PipeDreamScenario
-    from sim.pipedream import run
+    from clustertwin.analysis.pipedream_metrics import pipedream_metrics
+    from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
+    from clustertwin.sim.pipedream import run
 
     clusters = {
         "A 4x4": {

@@ -7,7 +7,7 @@
 ``run`` (on the GPU machine; ``--device cpu`` runs the same code at a tiny size with gloo):
 
 1. **Profile** the GPT workload (``runtime/pipedream/gpt.py``) layer by layer on one device with
-   ``runtime.pipedream_profiler.profile_layers``: forward/backward time, output, held (saved for the
+   ``runtime.pipedream.profiler.profile_layers``: forward/backward time, output, held (saved for the
    backward) and transient bytes, SGD-update time per layer (seed 001 §2.4.1's profiler, plus what the
    memory model of §3.3.3 needs). Times are CUDA-event intervals (on CPU the host clock) over
    back-to-back iterations, as the pipeline runs them (``time_back_to_back``). As a cross-check
@@ -51,12 +51,19 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
-
-from runtime.pipedream.bench import INTERLEAVE, BenchSettings, bench_schedule, rank_main
-from runtime.pipedream.gpt import GPU, TINY, GPTConfig, GPTWorkload, chunk_layers, gpt_sequential, lm_loss
-from runtime.pipedream_profiler import profile_chunks, profile_layers, to_graph_txt
-from sim.pipedream.executor import simulate
-from sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
+from clustertwin.runtime.pipedream.bench import INTERLEAVE, BenchSettings, bench_schedule, rank_main
+from clustertwin.runtime.pipedream.gpt import (
+    GPU,
+    TINY,
+    GPTConfig,
+    GPTWorkload,
+    chunk_layers,
+    gpt_sequential,
+    lm_loss,
+)
+from clustertwin.runtime.pipedream.profiler import profile_chunks, profile_layers, to_graph_txt
+from clustertwin.sim.pipedream.executor import simulate
+from clustertwin.sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
 
 GIB = 2.0**30
 SEED = 0

@@ -103,7 +103,7 @@ def _rate(result) -> float:
     """Iterations per second over the iterations that started after ``warmup_s``, to the run's end. A
     simulation starts none after ``duration_s``; a real run ends at the first iteration boundary after
     ``duration_s``, and its last iteration counts too."""
-    from analysis.psld_metrics import window_rate
+    from clustertwin.analysis.psld_metrics import window_rate
 
     return float(window_rate(result.tables["iterations"], float(result.info["warmup_s"]), math.inf))
 
@@ -111,7 +111,7 @@ def _rate(result) -> float:
 def params_identical(result) -> tuple[bool, str]:
     """Whether the run's final parameters equal, bit for bit, the serial reference of the same job (same
     iteration count, same per-worker devices, no reassignment); returns (equal, reference sha256)."""
-    from runtime.psld.ps import deterministic_cuda, reference
+    from clustertwin.runtime.psld.ps import deterministic_cuda, reference
 
     job = result.job
     if job.device == "cuda":
@@ -133,10 +133,10 @@ def real_vs_sim(
     in one launch, calibration, identity check, pauses, calibrated simulations (and each with its real
     run's final map pinned). Returns a dict with the JSON-able ``results``, the run objects under
     ``runs`` and the real block samples under ``samples`` (``samples_frame``)."""
-    from runtime.psld.calibrate import calibrate
-    from runtime.psld.run import run_real_many
-    from scenarios.load import load_scenario
-    from sim.psld import run as simulate
+    from clustertwin.runtime.psld.calibrate import calibrate
+    from clustertwin.runtime.psld.run import run_real_many
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.psld import run as simulate
 
     timing = [f"duration_s={run_s}", f"warmup_s={warmup_s}"]
     overrides = {run: run_overrides(run, base, profile_s, run_s, warmup_s) for run in RUNS}
@@ -278,9 +278,8 @@ def seed_spread(scenario: Path, overrides: list[str], seeds: int) -> dict[str, A
     and the timing noise on its samples): each seed's rate (it/s) and reassignments, and the median, min
     and max of the rates."""
     import numpy as np
-
-    from scenarios.load import load_scenario
-    from sim.psld import run as simulate
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.psld import run as simulate
 
     rates, moves = [], []
     for k in range(seeds):
@@ -299,8 +298,8 @@ def seed_spread(scenario: Path, overrides: list[str], seeds: int) -> dict[str, A
 def pinned_sim(scenario: Path, overrides: list[str], calibration: list[str], owners: list[int]):
     """The calibrated simulation of one run with ``owners`` pinned as its map for the whole run: the
     scheduler never acts (``FROZEN``), so no reassignment (``sim.psld.run``'s ``initial_owners``)."""
-    from scenarios.load import load_scenario
-    from sim.psld import run as simulate
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.psld import run as simulate
 
     return simulate(load_scenario(scenario, [*overrides, *FROZEN, *calibration]), initial_owners=owners)
 
@@ -315,10 +314,9 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
     exploration draws). Rates in it/s; NaN (the spreads: absent) where the folder's samples do not give
     it."""
     import pandas as pd
-
-    from runtime.psld.calibrate import timing_noise
-    from scenarios.load import load_scenario
-    from sim.psld import run as simulate
+    from clustertwin.runtime.psld.calibrate import timing_noise
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.psld import run as simulate
 
     results = json.loads((folder / "results.json").read_text())
     calibration = json.loads((folder / "calibration.json").read_text())["overrides"]

@@ -47,9 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # python experiments/psld_replay.py from anywhere
     sys.path.insert(0, str(ROOT))
 
-from policies.psld.placement import loads_of  # noqa: E402
-from policies.psld.profiling import Sample  # noqa: E402
-from policies.psld.scheduler import PSLDScheduler, SchedulerConfig  # noqa: E402
+from clustertwin.policies.psld.placement import loads_of  # noqa: E402
+from clustertwin.policies.psld.profiling import Sample  # noqa: E402
+from clustertwin.policies.psld.scheduler import PSLDScheduler, SchedulerConfig  # noqa: E402
 
 DEFAULT_DIR = ROOT / "docs" / "results" / "gpu-2026-11-27" / "psld-gpu-fifth" / "run3"
 
@@ -121,8 +121,8 @@ class Substitutes:
 def _run_job(folder: Path) -> tuple[Any, Any]:
     """The scenario and ``runtime.psld.run.Job`` of the PSLD run recorded in ``folder`` (on the CPU:
     the replay needs its blocks, map and scheduler, not its devices)."""
-    from runtime.psld.run import build_job
-    from scenarios.load import load_scenario
+    from clustertwin.runtime.psld.run import build_job
+    from clustertwin.scenarios.load import load_scenario
 
     results = json.loads((folder / "results.json").read_text())
     overrides = [o for o in results["overrides"] if not o.startswith("runtime.device")]

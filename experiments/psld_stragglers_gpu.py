@@ -85,7 +85,7 @@ def plan(
 ) -> dict[str, list[str]]:
     """The launch's runs in order, each name (``profiling``, ``mxnet-k1``, ``psld-k1``, ...) with its
     scenario overrides (before the calibration's, for a simulation)."""
-    from scenarios.load import load_scenario
+    from clustertwin.scenarios.load import load_scenario
 
     servers = load_scenario(SCENARIO, base).cluster.servers
     if not ks or min(ks) < 1 or max(ks) >= servers:
@@ -118,8 +118,8 @@ def predict(
       noiseless rate there too.
 
     Returns name -> rates and reassignment counts, and name -> the noiseless run objects."""
-    from scenarios.load import load_scenario
-    from sim.psld import run as simulate
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.psld import run as simulate
 
     sims = {name: simulate(load_scenario(SCENARIO, [*o, *calibration])) for name, o in runs.items()}
     out: dict[str, dict[str, Any]] = {}
@@ -180,9 +180,9 @@ def measure(
     """Every run of ``runs`` (``plan(base, ks, profile_s, run_s, warmup_s)``) for real in one launch, the
     calibration, and ``predict``'s simulations. Returns the JSON-able ``results`` and the run objects
     under ``runs``."""
-    from runtime.psld.calibrate import calibrate
-    from runtime.psld.run import run_real_many
-    from scenarios.load import load_scenario
+    from clustertwin.runtime.psld.calibrate import calibrate
+    from clustertwin.runtime.psld.run import run_real_many
+    from clustertwin.scenarios.load import load_scenario
 
     t0 = time.perf_counter()
     reals = dict(zip(runs, run_real_many([load_scenario(SCENARIO, o) for o in runs.values()]), strict=True))

@@ -5,7 +5,7 @@
 Trains one job on the CPU (one thread, as a ``cpu`` worker does) from scratch and prints, every
 ``--every`` steps, the throughput of those steps and how many SGD momentum elements are subnormal.
 By default the process flushes subnormals to zero as every training process does
-(``runtime.training_env.flush_subnormals``); ``--keep-subnormals`` leaves them, to measure what the
+(``runtime.gavel.training_env.flush_subnormals``); ``--keep-subnormals`` leaves them, to measure what the
 flush is for. Run both side by side on one machine (each on its own core) and compare.
 """
 
@@ -17,10 +17,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-
-from runtime.lease import Lease, Trainer
-from runtime.training_env import flush_subnormals
-from runtime.workloads import workload_for
+from clustertwin.runtime.gavel.lease import Lease, Trainer
+from clustertwin.runtime.gavel.training_env import flush_subnormals
+from clustertwin.runtime.workloads import workload_for
 
 
 def subnormal_momentum(trainer: Trainer) -> int:

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the policy packages import this module to register themselves
     import numpy as np
-
-    from policies.gavel.problem import Allocation, AllocationInput
+    from clustertwin.policies.gavel.problem import Allocation, AllocationInput
 
 
 class AllocationPolicy(Protocol):
@@ -53,4 +52,4 @@ def make_policy(name: str, **params: Any) -> AllocationPolicy:
 
 def _load_builtin() -> None:
     # Importing the package runs every module's @register.
-    import policies.gavel  # noqa: F401
+    import clustertwin.policies.gavel  # noqa: F401

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from scenarios.kinds import AnyScenario
-from scenarios.results import RunResult
+from clustertwin.scenarios.kinds import AnyScenario
+from clustertwin.scenarios.results import RunResult
 
 
 def run_scenario(
@@ -20,15 +20,15 @@ def run_scenario(
     ``snapshot_dir`` receives the tables so far after every round (a killed run keeps what it finished).
     """
     if scenario.kind == "gavel":
-        from runtime import gavel
+        from clustertwin.runtime.gavel import run as gavel
 
         return gavel.run(scenario, progress, workdir, snapshot_dir)
     if scenario.kind == "flexrr":
         import os
         import tempfile
 
-        from runtime.flexrr.launch import run_real
-        from scenarios.errors import InputError
+        from clustertwin.runtime.flexrr.launch import run_real
+        from clustertwin.scenarios.errors import InputError
 
         cores = os.cpu_count() or 1
         if scenario.cluster.workers > 2 * cores:
@@ -42,13 +42,13 @@ def run_scenario(
         with tempfile.TemporaryDirectory(prefix="clustertwin-flexrr-") as tmp:
             return run_real(scenario, workdir or Path(tmp))[0]
     if scenario.kind == "psld":
-        from runtime.psld.run import run_real as run_psld
+        from clustertwin.runtime.psld.run import run_real as run_psld
 
         return run_psld(scenario, workdir, progress)
     if scenario.kind == "spot_real":
         import tempfile
 
-        from runtime.spot import run_real as run_spot
+        from clustertwin.runtime.spot import run_real as run_spot
 
         with tempfile.TemporaryDirectory(prefix="clustertwin-spot-") as tmp:
             return run_spot(scenario, workdir or Path(tmp), progress)

@@ -21,10 +21,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scenarios.errors import InputError
+from clustertwin.scenarios.errors import InputError
 
 if TYPE_CHECKING:
-    from scenarios.schema import Scenario
+    from clustertwin.scenarios.gavel_schema import Scenario
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 

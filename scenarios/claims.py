@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
+from clustertwin.scenarios.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from scenarios.errors import InputError
 
 CLAIMS_DIR = Path(__file__).parent / "claims"
 

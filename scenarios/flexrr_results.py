@@ -7,8 +7,7 @@ range); iterations are numbered from 0.
 from __future__ import annotations
 
 import pandas as pd
-
-from scenarios.results import RunResult, check_contract
+from clustertwin.scenarios.results import RunResult, check_contract
 
 FLEXRR_TABLES: dict[str, dict[str, str]] = {
     # One row per worker per iteration.

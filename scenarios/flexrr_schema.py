@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -16,8 +17,6 @@ from pydantic import (
     ValidationInfo,
     model_validator,
 )
-
-from scenarios.schema import ScenarioBase, _Strict
 
 Mode = Literal["bsp", "ssp", "bsp_rr", "flexrr"]
 # slack and RapidReassignment of each mode (§3.4.1, "Systems Compared"; SSP's slack is 1)

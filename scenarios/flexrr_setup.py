@@ -11,13 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from policies.flexrr import stragglers as st
-from policies.flexrr.config import RRConfig
-from policies.flexrr.groups import helpee_groups, helper_groups, machine_of
-from policies.flexrr.worker import RRWorker
-from scenarios.flexrr_results import frame
-from scenarios.flexrr_schema import FlexRRScenario
+from clustertwin.policies.flexrr import stragglers as st
+from clustertwin.policies.flexrr.config import RRConfig
+from clustertwin.policies.flexrr.groups import helpee_groups, helper_groups, machine_of
+from clustertwin.policies.flexrr.worker import RRWorker
+from clustertwin.scenarios.flexrr_results import frame
+from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 
 STRAGGLER_STREAM, LATENCY_STREAM = 1, 2
 
@@ -100,7 +99,7 @@ def profiles(scenario: FlexRRScenario) -> list[st.SpeedProfile]:
             ]
             return [per_machine[machine_of(w, c.machines)] for w in range(c.workers)]
         if s.model == "trace":
-            from traces.alibaba_minibatch import job_factors, trace_factors
+            from clustertwin.traces.alibaba_minibatch import job_factors, trace_factors
 
             if s.trace_file is not None:
                 series = list(trace_factors(Path(s.trace_file)))

@@ -6,13 +6,15 @@ recompute. This section replays a real price trace under that model, with the ma
 Proteus work (seed 003 §2–§3: bids, eviction when the price exceeds the bid, a warning, billing schemes).
 
 Checks that need the trace or the on-demand table (an instance type without prices, a start outside the
-trace) are made when the run is built (``sim.gavel_market.build_market``) and name the field too.
+trace) are made when the run is built (``sim.gavel.market.build_market``) and name the field too.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from clustertwin.scenarios.price_fields import iso_text, on_demand_table, price_trace
+from clustertwin.traces.spot_prices import BUNDLED_SPOT_TRACES
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -23,9 +25,6 @@ from pydantic import (
     model_validator,
 )
 
-from scenarios.price_fields import iso_text, on_demand_table, price_trace
-from traces.spot_prices import BUNDLED_SPOT_TRACES
-
 # Path fields of the section for the loader (relative to the scenario file), with their keywords.
 MARKET_PATH_FIELDS: dict[str, tuple[str, ...]] = {
     "market.trace": tuple(BUNDLED_SPOT_TRACES),
@@ -34,7 +33,7 @@ MARKET_PATH_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 class _Strict(BaseModel):
-    # Same rules as scenarios.schema._Strict (not imported: schema.py imports this module).
+    # Same rules as scenarios.gavel_schema._Strict (not imported: schema.py imports this module).
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 

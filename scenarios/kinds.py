@@ -8,14 +8,13 @@ real run whose tables also hold the simulator's prediction of it (``runtime/spot
 
 from __future__ import annotations
 
+from clustertwin.scenarios.flexrr_schema import FLEXRR_PATH_FIELDS, FlexRRScenario
+from clustertwin.scenarios.gavel_schema import PATH_FIELDS, Scenario
+from clustertwin.scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
+from clustertwin.scenarios.psld_schema import PSLDScenario
+from clustertwin.scenarios.spot_real_schema import SPOT_REAL_PATH_FIELDS, SpotRealScenario
+from clustertwin.scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
 from pydantic import BaseModel
-
-from scenarios.flexrr_schema import FLEXRR_PATH_FIELDS, FlexRRScenario
-from scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
-from scenarios.psld_schema import PSLDScenario
-from scenarios.schema import PATH_FIELDS, Scenario
-from scenarios.spot_real_schema import SPOT_REAL_PATH_FIELDS, SpotRealScenario
-from scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
 
 AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario | PSLDScenario | SpotRealScenario
 

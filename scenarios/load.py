@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.kinds import KINDS, AnyScenario
 from pydantic import BaseModel, ValidationError
-
-from scenarios.errors import InputError
-from scenarios.kinds import KINDS, AnyScenario
 
 DEFAULT_SCENARIO = Path(__file__).with_name("gavel-default.yaml")
 

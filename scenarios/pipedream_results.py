@@ -19,7 +19,7 @@ same ``ops`` columns). Times are seconds from the start of the run.
 
 from __future__ import annotations
 
-from scenarios.results import RunResult, check_contract
+from clustertwin.scenarios.results import RunResult, check_contract
 
 PIPEDREAM_TABLES: dict[str, dict[str, str]] = {
     "ops": {

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
+from clustertwin.traces.pipedream_profile import BUNDLED_BATCH_SIZES
 from pydantic import (
     NonNegativeFloat,
     NonNegativeInt,
@@ -14,11 +16,8 @@ from pydantic import (
     model_validator,
 )
 
-from scenarios.schema import ScenarioBase, _Strict
-from traces.pipedream_profile import BUNDLED_BATCH_SIZES
-
 # For the scenario loader: fields holding a file path, with the words that are not paths (bundled
-# model names), like ``scenarios.schema.PATH_FIELDS``.
+# model names), like ``scenarios.gavel_schema.PATH_FIELDS``.
 PIPEDREAM_PATH_FIELDS: dict[str, tuple[str, ...]] = {"model.profile": tuple(BUNDLED_BATCH_SIZES)}
 
 

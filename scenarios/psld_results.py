@@ -6,8 +6,7 @@ Times are seconds from the start of the run; PSs are numbered 0..servers+standby
 from __future__ import annotations
 
 import pandas as pd
-
-from scenarios.results import RunResult, check_contract
+from clustertwin.scenarios.results import RunResult, check_contract
 
 PSLD_TABLES: dict[str, dict[str, str]] = {
     # One row per synchronous iteration (all workers).

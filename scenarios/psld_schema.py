@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -19,8 +20,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from scenarios.schema import ScenarioBase, _Strict
 
 Policy = Literal["psld", "psld_noexplore", "strawman", "mxnet", "tensorflow", "byteps"]
 ADAPTIVE = ("psld", "psld_noexplore", "strawman")  # policies with a scheduler that reassigns
@@ -167,7 +166,7 @@ class PSLDScenario(ScenarioBase):
                     raise ValueError(f"regimes.servers names a missing PS {s} (0..{total - 1})")
         if self.warmup_s >= self.duration_s:
             raise ValueError(f"warmup_s={self.warmup_s} must be below duration_s={self.duration_s}")
-        from traces.psld_models import psld_model
+        from clustertwin.traces.psld_models import psld_model
 
         tensors = psld_model(self.model).tensors
         blocks = sum(max(1, math.ceil(t.nbytes / self.block_bytes)) for t in tensors)

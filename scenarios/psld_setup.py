@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from policies.psld.scheduler import SchedulerConfig
-from scenarios.psld_schema import PSLDScenario
+from clustertwin.policies.psld.scheduler import SchedulerConfig
+from clustertwin.scenarios.psld_schema import PSLDScenario
 
 
 def scheduler_config(scenario: PSLDScenario) -> SchedulerConfig:

@@ -25,8 +25,7 @@ Times are real seconds from the job's start (every process ready). A *clock* is 
 from __future__ import annotations
 
 import pandas as pd
-
-from scenarios.results import RunResult, check_contract, contract_frame
+from clustertwin.scenarios.results import RunResult, check_contract, contract_frame
 
 SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
     "iterations": {

@@ -15,9 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
-
-from scenarios.schema import ScenarioBase, _Strict
 
 DEFAULT_SPOT_REAL_SCENARIO = Path(__file__).with_name("spot-real-cpu.yaml")
 SPOT_REAL_PATH_FIELDS: dict[str, tuple[str, ...]] = {"trace.file": ("aws-p2-p3-us-east-1-2020",)}
@@ -175,10 +174,9 @@ def load_spot_real_scenario(path: str | Path | None, overrides: list[str] | tupl
     Uses the shared loader's parsing and error explanation, so errors name file:line and the field,
     exactly as ``scenarios.load.load_scenario`` does for the registered kinds.
     """
+    from clustertwin.scenarios import load as L  # noqa: N812 - the shared loader's private helpers
+    from clustertwin.scenarios.errors import InputError
     from pydantic import ValidationError
-
-    from scenarios import load as L  # noqa: N812 - the shared loader's private helpers
-    from scenarios.errors import InputError
 
     source = DEFAULT_SPOT_REAL_SCENARIO if path is None else Path(path)
     label = str(source)

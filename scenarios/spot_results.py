@@ -21,8 +21,7 @@ start (``info["start_timestamp"]`` gives its wall-clock time in the trace); mone
 from __future__ import annotations
 
 import pandas as pd
-
-from scenarios.results import RunResult, check_contract, contract_frame
+from clustertwin.scenarios.results import RunResult, check_contract, contract_frame
 
 SPOT_TABLES: dict[str, dict[str, str]] = {
     "acquisitions": {

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
+from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
+from clustertwin.scenarios.price_fields import BUNDLED_TRACE_NAMES, iso_text, on_demand_table, price_trace
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -17,9 +19,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from scenarios.price_fields import BUNDLED_TRACE_NAMES, iso_text, on_demand_table, price_trace
-from scenarios.schema import ScenarioBase, _Strict
 
 DEFAULT_SPOT_SCENARIO = Path(__file__).with_name("spot-default.yaml")
 

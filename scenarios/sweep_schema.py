@@ -25,9 +25,8 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
+from clustertwin.scenarios.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from scenarios.errors import InputError
 
 SWEEPS_DIR = Path(__file__).with_name("sweeps")
 
@@ -118,7 +117,7 @@ def _is_key(key: str) -> bool:
 
 def load_sweep(path: str | Path) -> tuple[SweepSpec, dict[tuple[str | int, ...], int]]:
     """Read and validate a sweep spec; also return the line of every field (for later errors)."""
-    from scenarios.load import _explain, _parse
+    from clustertwin.scenarios.load import _explain, _parse
 
     source = Path(path)
     label = str(source)

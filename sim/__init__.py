@@ -4,34 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scenarios.kinds import AnyScenario
-from scenarios.results import RunResult
+from clustertwin.scenarios.kinds import AnyScenario
+from clustertwin.scenarios.results import RunResult
 
 
 def run_scenario(scenario: AnyScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
     """Simulate a scenario and return its event tables."""
     if scenario.kind == "gavel":
-        from sim import gavel_setup
+        from clustertwin.sim.gavel import setup as gavel_setup
 
         return gavel_setup.run(scenario, progress)
     if scenario.kind == "flexrr":
-        from sim import flexrr
+        from clustertwin.sim import flexrr
 
         return flexrr.run(scenario, progress)
     if scenario.kind == "pipedream":
-        from sim import pipedream
+        from clustertwin.sim import pipedream
 
         return pipedream.run(scenario, progress)
     if scenario.kind == "spot":
-        from sim import spot
+        from clustertwin.sim import spot
 
         return spot.run(scenario, progress)
     if scenario.kind == "psld":
-        from sim import psld
+        from clustertwin.sim import psld
 
         return psld.run(scenario, progress)
     if scenario.kind == "spot_real":
-        from scenarios.errors import InputError
+        from clustertwin.scenarios.errors import InputError
 
         raise InputError(
             f"{scenario.source}: field kind",

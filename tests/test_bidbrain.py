@@ -6,10 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from policies.bidbrain import (
+from clustertwin.policies.bidbrain import (
     HOUR_S,
     Allocation,
     BidBrain,
@@ -27,6 +24,8 @@ from policies.bidbrain import (
     just_above_request,
     standard_request,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 M1 = ("p2.xlarge", "us-east-1a")
 M2 = ("p3.2xlarge", "us-east-1b")

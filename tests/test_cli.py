@@ -9,15 +9,15 @@ import types
 from pathlib import Path
 
 import pytest
+from clustertwin.policies import registry as policy_registry
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.gavel_schema import Scenario
 from rich.console import Console
 from test_output import small_result
 
-import policies.registry
-import sim
+from clustertwin import sim
 from clustertwin.cli import main
 from clustertwin.progress import progress_bar
-from scenarios.errors import InputError
-from scenarios.schema import Scenario
 
 VALID = """\
 name: tiny
@@ -52,7 +52,7 @@ class FakeSim:
 def fake_sim(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeSim:
     fake = FakeSim()
     monkeypatch.setattr(sim, "run_scenario", fake)
-    monkeypatch.setattr(policies.registry, "make_policy", lambda name, **params: object())
+    monkeypatch.setattr(policy_registry, "make_policy", lambda name, **params: object())
     monkeypatch.chdir(tmp_path)
     return fake
 

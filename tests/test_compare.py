@@ -10,14 +10,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from clustertwin.analysis.compare import (
+    Comparison,
+    compare_runs,
+    ratio_table,
+    relative_error,
+    write_comparison,
+)
+from clustertwin.analysis.gavel_metrics import gavel_metrics
+from clustertwin.analysis.output import write_run
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.results import RunResult
 from test_output import CLUSTER, small_result
 
-from analysis.compare import Comparison, compare_runs, ratio_table, relative_error, write_comparison
-from analysis.metrics import gavel_metrics
-from analysis.output import write_run
 from clustertwin.cli import main
-from scenarios.errors import InputError
-from scenarios.results import RunResult
 
 NAN = math.nan
 

@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from clustertwin.scenarios.errors import InputError
 
-import runtime
-import sim
-from clustertwin import fidelity
+from clustertwin import fidelity, runtime, sim
 from clustertwin.cli import main
-from scenarios.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEXRR = ROOT / "scenarios" / "validation" / "flexrr-real-cpu.yaml"

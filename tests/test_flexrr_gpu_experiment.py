@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from clustertwin.scenarios.flexrr_setup import profiles
+from clustertwin.scenarios.results import RunResult
 
 from experiments import flexrr_gpu as fg
-from scenarios.flexrr_setup import profiles
-from scenarios.results import RunResult
 
 TINY = fg.Setup.for_device(
     "cpu",

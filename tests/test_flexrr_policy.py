@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from policies.flexrr import stragglers as st
-from policies.flexrr.config import RRConfig
-from policies.flexrr.consistency import may_start
-from policies.flexrr.groups import helpee_groups, helper_groups, machine_of
-from policies.flexrr.messages import (
+from clustertwin.policies.flexrr import stragglers as st
+from clustertwin.policies.flexrr.config import RRConfig
+from clustertwin.policies.flexrr.consistency import may_start
+from clustertwin.policies.flexrr.groups import helpee_groups, helper_groups, machine_of
+from clustertwin.policies.flexrr.messages import (
     BegunHelping,
     CancelAck,
     CancelHelp,
@@ -20,8 +19,8 @@ from policies.flexrr.messages import (
     ProgressReport,
     Wasted,
 )
-from policies.flexrr.progress import progress_difference
-from policies.flexrr.worker import Phase, RRWorker
+from clustertwin.policies.flexrr.progress import progress_difference
+from clustertwin.policies.flexrr.worker import Phase, RRWorker
 
 
 def of(actions, kind):

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from clustertwin.policies.flexrr.config import RRConfig
+from clustertwin.policies.flexrr.consistency import may_start
+from clustertwin.policies.flexrr.groups import helpee_groups, helper_groups
+from clustertwin.policies.flexrr.messages import Commit, DoThis, IterationDone, Wasted
+from clustertwin.policies.flexrr.worker import RRWorker
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-
-from policies.flexrr.config import RRConfig
-from policies.flexrr.consistency import may_start
-from policies.flexrr.groups import helpee_groups, helper_groups
-from policies.flexrr.messages import Commit, DoThis, IterationDone, Wasted
-from policies.flexrr.worker import RRWorker
 
 
 class Driver:

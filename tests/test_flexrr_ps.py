@@ -16,15 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from clustertwin.analysis.flexrr_metrics import flexrr_metrics
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.flexrr_schema import FlexRRScenario
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim.flexrr import run, simulate
+from clustertwin.sim.flexrr.ps import max_min_rates
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from analysis.flexrr_metrics import flexrr_metrics
-from scenarios.errors import InputError
-from scenarios.flexrr_schema import FlexRRScenario
-from scenarios.load import load_scenario
-from sim.flexrr import run, simulate
-from sim.flexrr.ps import max_min_rates
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "scenarios" / "flexrr-default.yaml"
@@ -238,7 +237,7 @@ def test_max_min_rates_fill_but_never_overfill_a_nic(machines, flows):
 
 
 def test_real_runtime_refuses_ps_traffic(tmp_path):
-    from runtime.flexrr.launch import run_real
+    from clustertwin.runtime.flexrr.launch import run_real
 
     s = scenario("ps.model_bytes=1000")
     with pytest.raises(InputError, match="ps.model_bytes"):

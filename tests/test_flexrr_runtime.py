@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from runtime.flexrr.launch import run_real
-from runtime.flexrr.model import MLRProblem, reference
-from scenarios.load import load_scenario
+from clustertwin.runtime.flexrr.launch import run_real
+from clustertwin.runtime.flexrr.model import MLRProblem, reference
+from clustertwin.scenarios.load import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 

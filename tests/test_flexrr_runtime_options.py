@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from runtime.flexrr.model import MLRProblem, delta, delta_items, problem_for, reference
-from scenarios.errors import InputError
-from scenarios.flexrr_setup import profiles
-from scenarios.load import load_scenario
-from sim.flexrr import run
+from clustertwin.runtime.flexrr.model import MLRProblem, delta, delta_items, problem_for, reference
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.flexrr_setup import profiles
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim.flexrr import run
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["cluster.machines=2", "cluster.workers_per_machine=2", "iterations=4", "items_per_worker=100",
@@ -74,8 +73,8 @@ def test_default_problem_is_one_example_per_item():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a host without CUDA")
 def test_cuda_without_a_gpu_is_a_clear_error():
-    from runtime.flexrr.worker import pick_device
-    from scenarios.flexrr_schema import FlexRRRuntime
+    from clustertwin.runtime.flexrr.worker import pick_device
+    from clustertwin.scenarios.flexrr_schema import FlexRRRuntime
 
     assert pick_device(FlexRRRuntime(), 3).type == "cpu"
     with pytest.raises(RuntimeError, match="no CUDA device"):

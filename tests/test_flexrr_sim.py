@@ -6,16 +6,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from clustertwin.analysis.flexrr_metrics import flexrr_metrics
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.flexrr_results import check_flexrr_tables
+from clustertwin.scenarios.flexrr_schema import FlexRRScenario
+from clustertwin.scenarios.flexrr_setup import items_per_worker, profiles
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim.flexrr import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from analysis.flexrr_metrics import flexrr_metrics
-from scenarios.errors import InputError
-from scenarios.flexrr_results import check_flexrr_tables
-from scenarios.flexrr_schema import FlexRRScenario
-from scenarios.flexrr_setup import items_per_worker, profiles
-from scenarios.load import load_scenario
-from sim.flexrr import run
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "scenarios" / "flexrr-default.yaml"
@@ -108,7 +107,7 @@ def test_busy_log_accounts_for_every_processed_item():
     """``simulate()``'s busy log (the timelines behind docs/flexrr.md's idle breakdown): per worker the
     stretches of processing do not overlap, each takes the time its straggler profile gives, and their
     items are exactly the committed items plus the wasted ones, kind by kind."""
-    from sim.flexrr import simulate
+    from clustertwin.sim.flexrr import simulate
 
     s = small("mode=flexrr", "stragglers.delay=4.0", "stragglers.probability=0.05")
     result, log = simulate(s)

@@ -6,12 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
-
-from policies.gavel.allox import AlloXPolicy
-from policies.gavel.gandiva import GandivaPolicy, packed_scores
-from policies.gavel.isolated import IsolatedPolicy, isolated_fractions
-from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
-from policies.registry import make_policy
+from clustertwin.policies.gavel.allox import AlloXPolicy
+from clustertwin.policies.gavel.gandiva import GandivaPolicy, packed_scores
+from clustertwin.policies.gavel.isolated import IsolatedPolicy, isolated_fractions
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput, PairCandidates
+from clustertwin.policies.registry import make_policy
 
 RNG = np.random.default_rng(0)
 

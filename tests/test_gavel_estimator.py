@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from policies.gavel.estimator import ThroughputEstimator, complete_matrix, cosine_distances
+from clustertwin.policies.gavel.estimator import ThroughputEstimator, complete_matrix, cosine_distances
 
 # The bundled copy of Gavel's simulation throughputs, read directly so this test depends on no loader.
 TABLE = Path(__file__).resolve().parents[1] / "traces" / "data" / "gavel" / "simulation_throughputs.json"

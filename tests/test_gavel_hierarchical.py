@@ -5,15 +5,14 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
-
-from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
-from policies.gavel.water_filling import (
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput, PairCandidates
+from clustertwin.policies.gavel.water_filling import (
     EntityWeights,
     HierarchicalPolicy,
     LasWaterFillingPolicy,
     WaterFilling,
 )
-from policies.registry import make_policy
+from clustertwin.policies.registry import make_policy
 
 RNG = np.random.default_rng(0)
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+from clustertwin.policies.gavel.cluster import ClusterLayout
+from clustertwin.policies.gavel.mechanism import place_round, priorities, select_round
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.gavel.scheduler import GavelScheduler, JobSpec, SchedulerConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from policies.gavel.cluster import ClusterLayout
-from policies.gavel.mechanism import place_round, priorities, select_round
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.gavel.scheduler import GavelScheduler, JobSpec, SchedulerConfig
 
 
 @st.composite

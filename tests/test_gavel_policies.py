@@ -7,20 +7,19 @@ from dataclasses import replace
 import cvxpy as cp
 import numpy as np
 import pytest
+from clustertwin.policies.gavel import lp
+from clustertwin.policies.gavel.cost import MakespanBudget, MinCost, MinCostSLO
+from clustertwin.policies.gavel.fifo import FIFO
+from clustertwin.policies.gavel.finish_time_fairness import finish_time_ratios
+from clustertwin.policies.gavel.isolated import isolated_fractions
+from clustertwin.policies.gavel.las import las_allocation
+from clustertwin.policies.gavel.makespan import Makespan, reference_type_throughputs
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput, PairCandidates
+from clustertwin.policies.gavel.sjf import ShortestJobFirst
+from clustertwin.policies.registry import make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
-
-from policies.gavel import lp
-from policies.gavel.cost import MakespanBudget, MinCost, MinCostSLO
-from policies.gavel.fifo import FIFO
-from policies.gavel.finish_time_fairness import finish_time_ratios
-from policies.gavel.isolated import isolated_fractions
-from policies.gavel.las import las_allocation
-from policies.gavel.makespan import Makespan, reference_type_throughputs
-from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
-from policies.gavel.sjf import ShortestJobFirst
-from policies.registry import make_policy
 
 TOL = 1e-6
 RNG = np.random.default_rng(0)

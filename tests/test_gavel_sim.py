@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from clustertwin.analysis.gavel_metrics import gavel_metrics
+from clustertwin.scenarios.gavel_workload import load_table, trace_jobs
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim import run_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.metrics import gavel_metrics
 from clustertwin.cli import main
-from scenarios.gavel_workload import load_table, trace_jobs
-from scenarios.load import load_scenario
-from sim import run_scenario
 
 TRACE_LINE = (
     "ResNet-18 (batch size 32)\tpython3 main.py\tdir\t--num_steps\t1\t{steps}\t{sf}\t1\t-1\t{arrival}\n"
@@ -192,9 +192,9 @@ def test_ideal_mechanism_tracks_the_round_mechanism(tmp_path: Path) -> None:
 def test_estimated_colocation_beats_guessing(tmp_path: Path) -> None:
     """§5.3.3 / Fig. 5.16: profiled-and-completed pair estimates are closer to the truth than a random
     reference's row (leave-one-out, so no job type is its own reference)."""
-    from policies.gavel.scheduler import JobSpec
-    from sim.gavel_estimation import estimated_colocation, normalised_colocation
-    from traces.gavel_throughputs import ThroughputTable
+    from clustertwin.policies.gavel.scheduler import JobSpec
+    from clustertwin.sim.gavel.estimation import estimated_colocation, normalised_colocation
+    from clustertwin.traces.gavel_throughputs import ThroughputTable
 
     table = ThroughputTable.bundled("simulation")
     workers = ("v100", "p100", "k80")
@@ -264,7 +264,7 @@ def _table(path: Path, v100: float, k80: float) -> str:
 
 
 def _planned_run(tmp_path: Path, planned: str | None, monkeypatch: pytest.MonkeyPatch):
-    from policies.gavel.scheduler import GavelScheduler
+    from clustertwin.policies.gavel.scheduler import GavelScheduler
 
     seen: list[tuple[int, int, float]] = []
     observe = GavelScheduler.observe_throughput

@@ -13,21 +13,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from clustertwin.analysis.gavel_market import market_metrics
+from clustertwin.policies.bidbrain import PriceSeries
+from clustertwin.policies.gavel.cluster import ClusterLayout
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.scenarios.results import check_tables
+from clustertwin.sim import run_scenario
+from clustertwin.sim.gavel.market import Lease, MarketHook, Worker, spot_leases
+from clustertwin.sim.spot.billing import billing_model, lifetime_bill
+from clustertwin.sim.spot.engine import SpotConfig, SpotSim
+from clustertwin.sim.spot.market import MarketReplay
+from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from analysis.gavel_market import market_metrics
-from policies.bidbrain import PriceSeries
-from policies.gavel.cluster import ClusterLayout
-from scenarios.errors import InputError
-from scenarios.load import load_scenario
-from scenarios.results import check_tables
-from sim import run_scenario
-from sim.gavel_market import Lease, MarketHook, Worker, spot_leases
-from sim.spot.billing import billing_model, lifetime_bill
-from sim.spot.engine import SpotConfig, SpotSim
-from sim.spot.market import MarketReplay
-from sim.spot.perf import DEFAULT_PERF
 
 OD_V100 = 3.06  # p3.2xlarge on demand, $/h (traces/data/spot/on_demand_us-east-1.csv)
 MARKET = ("p3.2xlarge", "us-east-1b")
@@ -147,7 +146,7 @@ def test_lifetime_bill_items_stay_inside_the_lifetime(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path, st.sampled_from(["per_second", "hourly_refund"]), st.sampled_from(["standard", "just_above"]))
 def test_closed_form_bill_matches_the_spot_engine(steps, scheme, acquisition) -> None:
-    """sim.spot.billing.lifetime_bill is what SpotSim books, allocation by allocation."""
+    """clustertwin.sim.spot.billing.lifetime_bill is what SpotSim books, allocation by allocation."""
     od = {"p3.2xlarge": OD_V100}
     series = {MARKET: _series(steps)}
     cfg = SpotConfig(

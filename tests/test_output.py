@@ -9,13 +9,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-import analysis.output
-from analysis.metrics import gavel_metrics
-from analysis.output import read_run, write_run
-from analysis.plots import plot_run
-from scenarios.errors import InputError
-from scenarios.results import RunResult, check_tables
+from clustertwin.analysis import output as run_output
+from clustertwin.analysis.gavel_metrics import gavel_metrics
+from clustertwin.analysis.gavel_plots import plot_run
+from clustertwin.analysis.output import read_run, write_run
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.results import RunResult, check_tables
 
 NAN, INF = math.nan, math.inf
 CLUSTER = {"v100": 2, "k80": 2}
@@ -165,7 +164,7 @@ def fail(*args: object, **kwargs: object) -> None:
 
 
 def test_crash_while_writing_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(analysis.output, "plot_run", fail)
+    monkeypatch.setattr(run_output, "plot_run", fail)
     with pytest.raises(RuntimeError):
         write(tmp_path / "run", plots=True)
     assert list(tmp_path.iterdir()) == []
@@ -174,7 +173,7 @@ def test_crash_while_writing_leaves_no_folder(tmp_path: Path, monkeypatch: pytes
 def test_crash_while_replacing_keeps_the_old_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = write(tmp_path / "run")
     before = (out / "summary.json").read_text()
-    monkeypatch.setattr(analysis.output, "plot_run", fail)
+    monkeypatch.setattr(run_output, "plot_run", fail)
     with pytest.raises(RuntimeError):
         write(out, plots=True)
     assert (out / "summary.json").read_text() == before

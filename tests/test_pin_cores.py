@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from runtime import agent, cores
-from scenarios.errors import InputError
-from scenarios.load import load_scenario
+from clustertwin.runtime import cores
+from clustertwin.runtime.gavel import agent
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.load import load_scenario
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 PRINT_AFFINITY = "import os, sys; open(sys.argv[1], 'w').write(repr(sorted(os.sched_getaffinity(0))))"
@@ -104,7 +104,7 @@ def test_pin_cores_is_off_by_default_and_on_for_the_gpu_experiment() -> None:
 
 
 def test_the_run_passes_each_agent_its_slots_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.gavel import RealGavel
+    from clustertwin.runtime.gavel.run import RealGavel
 
     _fake_host(monkeypatch, 4)
     pinned = load_scenario(SCENARIOS / "gavel-real-cpu.yaml", ["real.pin_cores=true"])
@@ -151,7 +151,7 @@ def test_the_profile_measures_on_the_cores_the_run_gives_each_slot(
     """The measured job on its worker type's first slot(s), each background job on its own slot's cores:
     those of :func:`runtime.cores.slot_cores`, which the run's agents get too."""
     pytest.importorskip("torch")
-    from runtime import profile
+    from clustertwin.runtime.gavel import profile
 
     _fake_host(monkeypatch, 4)
     scenario = load_scenario(SCENARIOS / "gavel-real-cpu.yaml", ["real.pin_cores=true"])
@@ -207,7 +207,7 @@ def _advance(workdir: Path, steps: int) -> tuple[int, int]:
 
 
 def _fake_run(start: int, end: int):
-    from runtime import profile
+    from clustertwin.runtime.gavel import profile
 
     report = {"start_step": start, "end_step": end, "seconds": 1.0, "load_s": 0.1, "save_s": 0.1,
               "window_steps": 0, "window_seconds": 0.0}  # fmt: skip
@@ -216,7 +216,7 @@ def _fake_run(start: int, end: int):
 
 # ------------------------------------------------------------------------------------------ rotation
 def test_repeated_measured_leases_take_turns_over_the_slot_groups_and_wrap_around() -> None:
-    from runtime import profile
+    from clustertwin.runtime.gavel import profile
 
     assert [profile.lease_slots(4, 1, r) for r in range(6)] == [range(i, i + 1) for i in (0, 1, 2, 3, 0, 1)]
     assert [profile.lease_slots(4, 2, r) for r in range(3)] == [range(0, 2), range(2, 4), range(0, 2)]
@@ -258,7 +258,7 @@ def test_repeated_leases_rotate_and_the_background_swaps_cores_with_the_measured
     background job of slot 1 moves to slot 0's core for lease 1 and back after. The warm-up stays on slot
     0; a 2-rank pair (one group) never moves."""
     pytest.importorskip("torch")
-    from runtime import profile
+    from clustertwin.runtime.gavel import profile
 
     _fake_host(monkeypatch, 4)
     scenario = load_scenario(SCENARIOS / "gavel-real-cpu.yaml", ["real.pin_cores=true"])
@@ -357,7 +357,7 @@ def _profile_gpu_scenario(
     import threading
     import time
 
-    from runtime import profile
+    from clustertwin.runtime.gavel import profile
 
     _fake_host(monkeypatch, 16)
     monkeypatch.setattr(profile, "_check_cuda", lambda _: None)
@@ -454,7 +454,7 @@ def test_a_failure_on_either_side_ends_the_profile_with_every_background_stopped
     monkeypatch: pytest.MonkeyPatch, side: str
 ) -> None:
     events, _, error = _profile_gpu_scenario(monkeypatch, pinned=True, fail=side)
-    from runtime import profile
+    from clustertwin.runtime.gavel import profile
 
     assert isinstance(error, profile.ProfileError)  # raised out of profile_scenario (backgrounds: above)
     ready = sum(e[0] == "ready" for e in events)

@@ -6,10 +6,10 @@ Not a timing test. The largest profile is swapped for a small one so the planner
 from __future__ import annotations
 
 import pytest
+from clustertwin.traces.pipedream_profile import bundled_profile
 
 import clustertwin.bench_pipedream as bench_pipedream
 from clustertwin.bench import bench
-from traces.pipedream_profile import bundled_profile
 
 
 def test_bench_pipedream_prints_the_named_figures(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

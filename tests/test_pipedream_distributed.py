@@ -7,12 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from policies.pipedream.flush import flush  # noqa: E402
-from policies.pipedream.one_f_one_b import one_f_one_b  # noqa: E402
-from runtime.pipedream.distributed import run_many  # noqa: E402
-from runtime.pipedream.local import run_local  # noqa: E402
-from runtime.pipedream.toy import MLPWorkload, mlp_workload, mse  # noqa: E402
-from scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
+from clustertwin.policies.pipedream.flush import flush  # noqa: E402
+from clustertwin.policies.pipedream.one_f_one_b import one_f_one_b  # noqa: E402
+from clustertwin.runtime.pipedream.distributed import run_many  # noqa: E402
+from clustertwin.runtime.pipedream.local import run_local  # noqa: E402
+from clustertwin.runtime.pipedream.toy import MLPWorkload, mlp_workload, mse  # noqa: E402
+from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
 
 
 def test_gloo_runtime_matches_single_process():

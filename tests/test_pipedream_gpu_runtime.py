@@ -11,15 +11,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from clustertwin.policies.pipedream.ops import Op, build_schedule  # noqa: E402
+from clustertwin.runtime.pipedream.bench import bench_schedule  # noqa: E402
+from clustertwin.runtime.pipedream.distributed import run_many  # noqa: E402
+from clustertwin.runtime.pipedream.gpt import TINY, GPTWorkload, gpt_sequential  # noqa: E402
+from clustertwin.runtime.pipedream.local import run_local  # noqa: E402
+from clustertwin.runtime.pipedream.p2p import channel_orders  # noqa: E402
+from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
 from torch.func import functional_call  # noqa: E402
-
-from policies.pipedream.ops import Op, build_schedule  # noqa: E402
-from runtime.pipedream.bench import bench_schedule  # noqa: E402
-from runtime.pipedream.distributed import run_many  # noqa: E402
-from runtime.pipedream.gpt import TINY, GPTWorkload, gpt_sequential  # noqa: E402
-from runtime.pipedream.local import run_local  # noqa: E402
-from runtime.pipedream.p2p import channel_orders  # noqa: E402
-from scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
 
 LR = 0.05
 M = 4  # microbatches per minibatch

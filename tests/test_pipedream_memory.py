@@ -23,12 +23,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from clustertwin.runtime.pipedream.bench import bench_schedule  # noqa: E402
+from clustertwin.runtime.pipedream.gpt import TINY, GPTWorkload  # noqa: E402
+from clustertwin.runtime.pipedream.memtrace import allocated_peaks  # noqa: E402
+from clustertwin.sim.pipedream.executor import simulate  # noqa: E402
+from clustertwin.sim.pipedream.model import Device, MemoryModel, Network  # noqa: E402
+
 from experiments.pipedream_gpu import chunk_costs, profile  # noqa: E402
-from runtime.pipedream.bench import bench_schedule  # noqa: E402
-from runtime.pipedream.gpt import TINY, GPTWorkload  # noqa: E402
-from runtime.pipedream.memtrace import allocated_peaks  # noqa: E402
-from sim.pipedream.executor import simulate  # noqa: E402
-from sim.pipedream.model import Device, MemoryModel, Network  # noqa: E402
 
 CONFIG = replace(TINY, layers=4, microbatch=2)
 NAMES = ("flush", "2bw", "1f1b")

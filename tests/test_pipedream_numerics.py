@@ -7,14 +7,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from clustertwin.policies.pipedream.flush import flush  # noqa: E402
+from clustertwin.policies.pipedream.gpipe import gpipe  # noqa: E402
+from clustertwin.policies.pipedream.interleaved import interleaved  # noqa: E402
+from clustertwin.policies.pipedream.one_f_one_b import one_f_one_b  # noqa: E402
+from clustertwin.policies.pipedream.twobw import twobw, twobw_version  # noqa: E402
+from clustertwin.runtime.pipedream.local import run_local  # noqa: E402
 from torch import nn  # noqa: E402
-
-from policies.pipedream.flush import flush  # noqa: E402
-from policies.pipedream.gpipe import gpipe  # noqa: E402
-from policies.pipedream.interleaved import interleaved  # noqa: E402
-from policies.pipedream.one_f_one_b import one_f_one_b  # noqa: E402
-from policies.pipedream.twobw import twobw, twobw_version  # noqa: E402
-from runtime.pipedream.local import run_local  # noqa: E402
 
 LR = 0.1
 WIDTH = 6

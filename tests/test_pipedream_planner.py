@@ -5,12 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from clustertwin.policies.pipedream.brute_force import brute_force
+from clustertwin.policies.pipedream.partition import Level, pipeline_time, plan_partition
+from clustertwin.traces.pipedream_profile import bundled_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from policies.pipedream.brute_force import brute_force
-from policies.pipedream.partition import Level, pipeline_time, plan_partition
-from traces.pipedream_profile import bundled_profile
 
 
 @settings(max_examples=60, deadline=None)

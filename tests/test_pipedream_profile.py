@@ -4,9 +4,13 @@ graphs, coarsening, and the torch profiler's round trip through graph.txt."""
 from __future__ import annotations
 
 import pytest
-
-from scenarios.errors import InputError
-from traces.pipedream_profile import BUNDLED_BATCH_SIZES, bundled_profile, load_profile, parse_profile
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.pipedream_profile import (
+    BUNDLED_BATCH_SIZES,
+    bundled_profile,
+    load_profile,
+    parse_profile,
+)
 
 NODE = (
     "{id} -- {d} -- forward_compute_time={f}, backward_compute_time={b},"
@@ -103,9 +107,8 @@ def test_missing_file_and_batch_size(tmp_path):
 
 def test_torch_profiler_round_trip(tmp_path):
     torch = pytest.importorskip("torch")
+    from clustertwin.runtime.pipedream.profiler import profile_sequential, to_graph_txt
     from torch import nn
-
-    from runtime.pipedream_profiler import profile_sequential, to_graph_txt
 
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
     profile = profile_sequential(model, torch.randn(8, 32), iterations=3, warmup=1, name="mlp")
@@ -146,7 +149,7 @@ def _fake_events():
 
 
 def test_time_back_to_back_one_interval_over_k_calls():
-    from runtime.pipedream_profiler import time_back_to_back
+    from clustertwin.runtime.pipedream.profiler import time_back_to_back
 
     log, clock, event = _fake_events()
 
@@ -164,7 +167,7 @@ def test_time_back_to_back_one_interval_over_k_calls():
 
 def test_time_passes_times_only_backwards_on_prebuilt_graphs():
     torch = pytest.importorskip("torch")
-    from runtime.pipedream_profiler import time_passes
+    from clustertwin.runtime.pipedream.profiler import time_passes
 
     log, clock, event = _fake_events()
 
@@ -192,9 +195,8 @@ def test_time_passes_times_only_backwards_on_prebuilt_graphs():
 
 def test_profile_chunks_cross_check():
     torch = pytest.importorskip("torch")
+    from clustertwin.runtime.pipedream.profiler import profile_chunks
     from torch import nn
-
-    from runtime.pipedream_profiler import profile_chunks
 
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
     target = torch.randn(8, 16)

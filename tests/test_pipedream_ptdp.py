@@ -4,8 +4,7 @@ paper's Table 1, absent from the seed text as it was an image) and its takeaways
 from __future__ import annotations
 
 import pytest
-
-from policies.pipedream import ptdp
+from clustertwin.policies.pipedream import ptdp
 
 V, S = 51200, 2048
 

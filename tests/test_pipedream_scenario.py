@@ -7,13 +7,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from clustertwin.analysis.pipedream_metrics import pipedream_metrics
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.pipedream_results import check_pipedream_tables
+from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
+from clustertwin.sim.pipedream import run
 from pydantic import ValidationError
-
-from analysis.pipedream_metrics import pipedream_metrics
-from scenarios.errors import InputError
-from scenarios.pipedream_results import check_pipedream_tables
-from scenarios.pipedream_schema import PipeDreamScenario
-from sim.pipedream import run
 
 DEFAULT = Path(__file__).resolve().parents[1] / "scenarios" / "pipedream-default.yaml"
 
@@ -118,7 +117,7 @@ def test_manual_stages():
 
 
 def test_run_folder_round_trip_and_plots(tmp_path):
-    from analysis.pipedream_plots import plot_pipedream_run
+    from clustertwin.analysis.pipedream_plots import plot_pipedream_run
 
     result = run(scenario(schedule="flush", microbatches=8, **{"memory.recompute": True}))
     for name, table in result.tables.items():
@@ -132,8 +131,9 @@ def test_entry_point_stays_a_function_after_the_runner_is_imported():
     # A submodule named like the entry point would replace it on the package after its first import.
     import importlib
 
-    import sim.pipedream
-    import sim.pipedream.runner  # noqa: F401
+    import clustertwin.sim.pipedream.runner  # noqa: F401
 
-    importlib.import_module("sim.pipedream.executor")
+    from clustertwin import sim
+
+    importlib.import_module("clustertwin.sim.pipedream.executor")
     assert callable(sim.pipedream.run) and not isinstance(sim.pipedream.run, type(importlib))

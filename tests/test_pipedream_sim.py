@@ -6,13 +6,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from clustertwin.policies.pipedream.schedules import make_schedule
+from clustertwin.sim.pipedream.executor import ScheduleError, simulate
+from clustertwin.sim.pipedream.memory import PipelineOutOfMemory
+from clustertwin.sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from policies.pipedream.schedules import make_schedule
-from sim.pipedream.executor import ScheduleError, simulate
-from sim.pipedream.memory import PipelineOutOfMemory
-from sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
 
 TF, TB = 1.0, 2.0
 
@@ -144,7 +143,7 @@ def test_per_update_gradient_buffer_lives_from_backward_to_update():
 def test_a_backward_before_its_forward_is_rejected():
     from dataclasses import replace
 
-    from policies.pipedream.ops import Op
+    from clustertwin.policies.pipedream.ops import Op
 
     schedule = make_schedule("flush", (1,), 2)
     bad = replace(schedule.workers[0], ops=(Op("B", 0, 0, 0), *schedule.workers[0].ops))
@@ -234,7 +233,7 @@ def test_1f1b_rr_with_any_replicas_and_in_flight_completes_in_order(replicas, ro
 def test_inconsistent_op_orders_deadlock_with_a_clear_error():
     from dataclasses import replace
 
-    from policies.pipedream.ops import Op
+    from clustertwin.policies.pipedream.ops import Op
 
     # Stage 1 insists on microbatch 1 first, but stage 0 sends it only after microbatch 0's backward.
     schedule = make_schedule("flush", (1, 1), 2)
@@ -244,7 +243,7 @@ def test_inconsistent_op_orders_deadlock_with_a_clear_error():
     bad = replace(schedule, workers=workers)
     with pytest.raises(ScheduleError, match="deadlocked"):
         simulate(bad, uniform(schedule), [Device(), Device()], Network())
-    from policies.pipedream.ops import first_deadlock
+    from clustertwin.policies.pipedream.ops import first_deadlock
 
     assert "worker 1 at Op(kind='F', microbatch=1" in first_deadlock(bad)
 
@@ -261,7 +260,7 @@ def test_deadlocking_in_flight_caps_are_rejected_when_generated():
     v=st.integers(1, 3),
 )
 def test_generated_schedules_pass_the_dry_run(name, p, v):
-    from policies.pipedream.ops import first_deadlock
+    from clustertwin.policies.pipedream.ops import first_deadlock
 
     schedule = make_schedule(
         name, (1,) * p, 2 * p, num_batches=2, chunks_per_device=v if name == "interleaved" else 1

@@ -6,8 +6,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from policies.pipedream.twobw_planner import BlockModel, Hardware, memory, plan_2bw, time_per_microbatch
+from clustertwin.policies.pipedream.twobw_planner import (
+    BlockModel,
+    Hardware,
+    memory,
+    plan_2bw,
+    time_per_microbatch,
+)
 
 GIB = 2.0**30
 

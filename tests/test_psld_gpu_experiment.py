@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from clustertwin.runtime.psld.run import build_job, check_real
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.load import load_scenario
 
 from experiments.psld_gpu import main
-from runtime.psld.run import build_job, check_real
-from scenarios.errors import InputError
-from scenarios.load import load_scenario
 
 
 def test_tiny_cpu_run_writes_a_complete_table(tmp_path: Path, capsys) -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from clustertwin.policies.psld.baselines import round_robin_owners
+from clustertwin.runtime.psld.calibrate import Line, link_is_bound
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim.psld import run
 
 from experiments.psld_gpu import FROZEN, ROOT, SCENARIO, _rate, final_map, resim
-from policies.psld.baselines import round_robin_owners
-from runtime.psld.calibrate import Line, link_is_bound
-from scenarios.load import load_scenario
-from sim.psld import run
 
 SHORT = ["runtime.device=cpu", "duration_s=3.0", "warmup_s=1.0"]
 

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from policies.psld.baselines import byteps_layout, key_hash, mxnet_layout, strawman_owners, tensorflow_layout
-from policies.psld.blocks import MB, Tensor, split_blocks
-from policies.psld.migration import reassignment_step
-from policies.psld.placement import eps_greedy, exploit, loads_of
-from policies.psld.profiling import Sample, ServerModel, fit_line, fit_model
-from policies.psld.scheduler import PSLDScheduler, SchedulerConfig
-from policies.psld.superior import superior_set
-from policies.psld.trigger import server_speeds, speed_variation
-from traces.psld_models import psld_model
+from clustertwin.policies.psld.baselines import (
+    byteps_layout,
+    key_hash,
+    mxnet_layout,
+    strawman_owners,
+    tensorflow_layout,
+)
+from clustertwin.policies.psld.blocks import MB, Tensor, split_blocks
+from clustertwin.policies.psld.migration import reassignment_step
+from clustertwin.policies.psld.placement import eps_greedy, exploit, loads_of
+from clustertwin.policies.psld.profiling import Sample, ServerModel, fit_line, fit_model
+from clustertwin.policies.psld.scheduler import PSLDScheduler, SchedulerConfig
+from clustertwin.policies.psld.superior import superior_set
+from clustertwin.policies.psld.trigger import server_speeds, speed_variation
+from clustertwin.traces.psld_models import psld_model
 
 
 def line_model(alpha: float, beta: float, spread: float = 0.0, workers: int = 4) -> ServerModel:

@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import numpy as np
+from clustertwin.policies.psld.migration import BlockStore
+from clustertwin.policies.psld.profiling import Sample
+from clustertwin.policies.psld.scheduler import PSLDScheduler, SchedulerConfig
+from clustertwin.sim.psld.network import max_min_rates
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from policies.psld.migration import BlockStore
-from policies.psld.profiling import Sample
-from policies.psld.scheduler import PSLDScheduler, SchedulerConfig
-from sim.psld.network import max_min_rates
 
 ops = st.lists(
     st.tuples(st.sampled_from(["step", "reassign", "psld", "add", "remove"]), st.integers(0, 2**31 - 1)),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim.psld import run
+
 from clustertwin.reproduce_psld import BW_LEVELS, CPU_LEVELS, SCENARIOS, _claims, _Plan
-from scenarios.load import load_scenario
-from sim.psld import run
 
 
 def test_intensity_runs_measure_psld_after_its_first_decision() -> None:

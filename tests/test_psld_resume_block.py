@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch.distributed as dist
-
-from runtime.psld.launch import join_group, spawn_group
-from runtime.psld.ps import Job, ServerStats, block_layout, reference, run_server, run_worker
+from clustertwin.runtime.psld.launch import join_group, spawn_group
+from clustertwin.runtime.psld.ps import Job, ServerStats, block_layout, reference, run_server, run_worker
 
 RATE = 8e6  # bytes/s of PS 1's emulated NIC, each direction
 K_STAR = 2

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from policies.psld.placement import eps_greedy
-from policies.psld.profiling import ServerModel
-from policies.psld.scheduler import SchedulerConfig
-from runtime.psld.launch import run_jobs
-from runtime.psld.ps import Job, block_layout, reference
-from runtime.psld.throttle import TokenBucket
+from clustertwin.policies.psld.placement import eps_greedy
+from clustertwin.policies.psld.profiling import ServerModel
+from clustertwin.policies.psld.scheduler import SchedulerConfig
+from clustertwin.runtime.psld.launch import run_jobs
+from clustertwin.runtime.psld.ps import Job, block_layout, reference
+from clustertwin.runtime.psld.throttle import TokenBucket
 
 
 def test_reassignment_keeps_parameters_identical() -> None:

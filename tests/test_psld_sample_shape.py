@@ -20,11 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch.distributed as dist
+from clustertwin.policies.psld.blocks import Block
+from clustertwin.runtime.psld.launch import join_group, spawn_group
+from clustertwin.runtime.psld.ps import Job, block_layout, held_s, run_server, run_worker, shaped
 from test_psld_samples import dequeued  # the runtime's sample before shaped
-
-from policies.psld.blocks import Block
-from runtime.psld.launch import join_group, spawn_group
-from runtime.psld.ps import Job, block_layout, held_s, run_server, run_worker, shaped
 
 
 def test_a_slow_workers_push_is_not_in_the_fast_workers_sample() -> None:

@@ -19,15 +19,14 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-
-from policies.psld.blocks import Block
-from policies.psld.placement import loads_of
-from policies.psld.profiling import Sample
-from policies.psld.scheduler import PSLDScheduler
-from runtime.psld.calibrate import Line, link_rate
-from runtime.psld.run import build_job
-from scenarios.load import load_scenario
-from scenarios.psld_setup import scheduler_config
+from clustertwin.policies.psld.blocks import Block
+from clustertwin.policies.psld.placement import loads_of
+from clustertwin.policies.psld.profiling import Sample
+from clustertwin.policies.psld.scheduler import PSLDScheduler
+from clustertwin.runtime.psld.calibrate import Line, link_rate
+from clustertwin.runtime.psld.run import build_job
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.scenarios.psld_setup import scheduler_config
 
 SCENARIO = "scenarios/psld-real-gpu.yaml"
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from analysis.psld_metrics import psld_metrics
-from scenarios.errors import InputError
-from scenarios.load import load_scenario
-from scenarios.psld_results import check_psld_tables
-from sim import run_scenario
-from sim.psld import run
+from clustertwin.analysis.psld_metrics import psld_metrics
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.scenarios.psld_results import check_psld_tables
+from clustertwin.sim import run_scenario
+from clustertwin.sim.psld import run
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "scenarios" / "psld-default.yaml"

@@ -9,10 +9,10 @@ import math
 from pathlib import Path
 
 import pytest
+from clustertwin.runtime.psld.run import build_job
+from clustertwin.scenarios.load import load_scenario
 
 from experiments.psld_stragglers_gpu import SCENARIO, growth, links, main, plan
-from runtime.psld.run import build_job
-from scenarios.load import load_scenario
 
 TINY = ["cluster.workers=2", "cluster.servers=4", "runtime.device=cpu"]
 

@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
-
-from runtime.psld.launch import join_group, spawn_group
-from runtime.psld.ps import Job, block_layout, run_server, run_worker
+from clustertwin.runtime.psld.launch import join_group, spawn_group
+from clustertwin.runtime.psld.ps import Job, block_layout, run_server, run_worker
 
 RATE = 5e6
 
@@ -45,7 +44,7 @@ def test_throttled_server_overlaps_its_two_directions() -> None:
 def test_link_keeps_its_own_clock() -> None:
     import time
 
-    from runtime.psld.throttle import Link
+    from clustertwin.runtime.psld.throttle import Link
 
     link = Link(1e6)  # 1 MB/s
     t0 = time.monotonic()

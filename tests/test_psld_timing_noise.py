@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from clustertwin.runtime.psld.calibrate import Calibration, timing_noise
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.sim.psld import run
 
 from experiments.psld_gpu import SCENARIO, _rate, seed_spread
-from runtime.psld.calibrate import Calibration, timing_noise
-from scenarios.load import load_scenario
-from sim.psld import run
 
 SHORT = ["runtime.device=cpu", "duration_s=3.0", "warmup_s=1.0"]
 

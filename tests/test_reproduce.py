@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from clustertwin.scenarios import claims
 
-import scenarios.claims
 from clustertwin.cli import main
 
 SMALL = """\
@@ -45,7 +45,7 @@ claims:
 
 @pytest.mark.parametrize(("accept", "code"), [("[1.0, 100.0]", 0), ("[50.0, 100.0]", 1)])
 def test_exit_status_follows_the_claims(tmp_path: Path, monkeypatch, capsys, accept: str, code: int) -> None:
-    monkeypatch.setattr(scenarios.claims, "CLAIMS_DIR", claim_set(tmp_path, accept))
+    monkeypatch.setattr(claims, "CLAIMS_DIR", claim_set(tmp_path, accept))
     out = tmp_path / "out"
     assert main(["reproduce", "tiny", "--quick", "--out", str(out), "--workers", "1"]) == code
     result = json.loads((out / "claims.json").read_text())
@@ -56,7 +56,7 @@ def test_exit_status_follows_the_claims(tmp_path: Path, monkeypatch, capsys, acc
 
 
 def test_finished_runs_are_reused(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(scenarios.claims, "CLAIMS_DIR", claim_set(tmp_path, "[1.0, 100.0]"))
+    monkeypatch.setattr(claims, "CLAIMS_DIR", claim_set(tmp_path, "[1.0, 100.0]"))
     out = tmp_path / "out"
     main(["reproduce", "tiny", "--out", str(out), "--workers", "1"])
     cached = sorted((out / "runs").glob("*.json"))

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from clustertwin.policies.pipedream.schedules import make_schedule
 
 from clustertwin import reproduce_pipedream
 from clustertwin.cli import main
-from policies.pipedream.schedules import make_schedule
 
 
 def test_quick_reproduction_holds_and_saves_every_claim(tmp_path: Path, capsys) -> None:

@@ -14,9 +14,10 @@ import pytest
 
 pytest.importorskip("torch")
 
+from clustertwin.runtime.gavel.run import RealGavel  # noqa: E402
+from clustertwin.scenarios.load import load_scenario  # noqa: E402
+
 from clustertwin.cli import main  # noqa: E402
-from runtime.gavel import RealGavel  # noqa: E402
-from scenarios.load import load_scenario  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

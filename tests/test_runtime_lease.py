@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from runtime.lease import Lease, load, run_lease  # noqa: E402
-from runtime.workloads import Workload, workload_for  # noqa: E402
+from clustertwin.runtime.gavel.lease import Lease, load, run_lease  # noqa: E402
+from clustertwin.runtime.workloads import Workload, workload_for  # noqa: E402
 
 FAMILIES = ["image", "language", "recommendation"]
 
@@ -121,7 +121,7 @@ def _env() -> dict[str, str]:
 
 
 def test_job_process_trains_one_lease_and_reports(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "runtime.job_main", *_job_args(tmp_path, 3)]
+    command = [sys.executable, "-m", "clustertwin.runtime.gavel.job_main", *_job_args(tmp_path, 3)]
     for expected in ((0, 3), (3, 5)):  # the second lease stops at the job's total steps
         subprocess.run(command, check=True, env=_env(), capture_output=True, timeout=120)
         report = json.loads((tmp_path / "report.json").read_text())
@@ -131,7 +131,7 @@ def test_job_process_trains_one_lease_and_reports(tmp_path: Path) -> None:
 def test_distributed_job_process_under_torchrun(tmp_path: Path) -> None:
     """Two gloo ranks train one lease together, rank 0 saves once, and the next lease resumes there."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    command = [*torchrun, "-m", "runtime.job_main", *_job_args(tmp_path, 2)]
+    command = [*torchrun, "-m", "clustertwin.runtime.gavel.job_main", *_job_args(tmp_path, 2)]
     for expected in ((0, 2), (2, 4)):
         subprocess.run(command, check=True, env=_env(), capture_output=True, timeout=180)
         report = json.loads((tmp_path / "report.json").read_text())
@@ -141,7 +141,7 @@ def test_distributed_job_process_under_torchrun(tmp_path: Path) -> None:
 def test_renewed_leases_train_on_from_memory_and_save_only_when_stopped(tmp_path: Path) -> None:
     """The renewal protocol: lease 0 from the command line, lease 1 renewed through the store (no save in
     between), then stop: the checkpoint equals one straight run of the same steps."""
-    from runtime.control import ControlPlane
+    from clustertwin.runtime.gavel.control import ControlPlane
 
     control = ControlPlane("127.0.0.1", 0, serve=True)
     ckpt = tmp_path / "renewed.pt"
@@ -150,7 +150,9 @@ def test_renewed_leases_train_on_from_memory_and_save_only_when_stopped(tmp_path
         "--control", f"127.0.0.1:{control.port}", "--key", "job/7/0",
         "--max-steps", "2", "--max-seconds", "600", "--total-steps", "100",
     ]  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "runtime.job_main", *args], env=_env())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clustertwin.runtime.gavel.job_main", *args], env=_env()
+    )
     try:
         first = control.wait_for(["job/7/0/report/0"], time.monotonic() + 120)["job/7/0/report/0"]
         assert (first["start_step"], first["end_step"], first["saved"]) == (0, 2, False)

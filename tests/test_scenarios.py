@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.gavel_schema import Scenario
+from clustertwin.scenarios.load import DEFAULT_SCENARIO, load_scenario, scenario_to_dict
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from scenarios.errors import InputError
-from scenarios.load import DEFAULT_SCENARIO, load_scenario, scenario_to_dict
-from scenarios.schema import Scenario
 
 MINIMAL = """\
 name: small

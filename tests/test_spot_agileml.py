@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from policies.agileml import (
+from clustertwin.policies.agileml import (
     PartitionTable,
     StageThresholds,
     choose_active_ps_hosts,
@@ -16,7 +13,9 @@ from policies.agileml import (
     plan_recovery,
     workers_on_reliable,
 )
-from sim.spot.perf import DEFAULT_PERF, calibrate
+from clustertwin.sim.spot.perf import DEFAULT_PERF, calibrate
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_stage_by_ratio() -> None:

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from runtime.spot import run_real
-from scenarios.errors import InputError
-from scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
-from scenarios.spot_real_schema import load_spot_real_scenario
+from clustertwin.runtime.spot import run_real
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
+from clustertwin.scenarios.spot_real_schema import load_spot_real_scenario
 
 SMALL = [
     "processes={reliable: 1, transient: 3}",
@@ -143,7 +142,7 @@ def test_bad_input_names_the_field(overrides: list[str], field: str) -> None:
 
 
 def test_trace_replay_evicts_when_the_price_passes_the_bid() -> None:
-    from runtime.spot.driver import schedule
+    from clustertwin.runtime.spot.driver import schedule
 
     bids = "[1.06, 1.1, 1.3, 1.3, 1.3, 1.3]"
     scenario = load_spot_real_scenario(

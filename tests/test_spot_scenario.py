@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO, SpotScenario
 
 from clustertwin.reproduce_proteus import _claim_value, stage_claims
-from scenarios.errors import InputError
-from scenarios.load import load_scenario
-from scenarios.spot_schema import DEFAULT_SPOT_SCENARIO, SpotScenario
 
 
 def test_default_loads_and_overrides_apply() -> None:

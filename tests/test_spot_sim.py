@@ -7,20 +7,19 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from clustertwin.analysis.spot_metrics import spot_metrics
+from clustertwin.policies.bidbrain import BidBrain, BidBrainParams, PriceSeries, estimate_eviction_table
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.scenarios.results import RunResult
+from clustertwin.scenarios.spot_results import check_spot_tables, to_frame
+from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
+from clustertwin.sim.spot import run
+from clustertwin.sim.spot.billing import billing_model
+from clustertwin.sim.spot.engine import SpotConfig, SpotSim
+from clustertwin.sim.spot.market import MarketReplay
+from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from analysis.spot_metrics import spot_metrics
-from policies.bidbrain import BidBrain, BidBrainParams, PriceSeries, estimate_eviction_table
-from scenarios.load import load_scenario
-from scenarios.results import RunResult
-from scenarios.spot_results import check_spot_tables, to_frame
-from scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
-from sim.spot import run
-from sim.spot.billing import billing_model
-from sim.spot.engine import SpotConfig, SpotSim
-from sim.spot.market import MarketReplay
-from sim.spot.perf import DEFAULT_PERF
 
 A = ("p2.xlarge", "us-east-1a")
 B = ("p3.2xlarge", "us-east-1b")

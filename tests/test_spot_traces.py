@@ -10,18 +10,17 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-
-from scenarios.errors import InputError
-from traces.on_demand import BUNDLED_ON_DEMAND, load_on_demand
-from traces.preemption import (
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, load_on_demand
+from clustertwin.traces.preemption import (
     load_availability_log,
     load_instance_counts,
     load_node_events,
     load_slot_availability,
     preemption_times,
 )
-from traces.spot_generator import fit_preemption_model, fit_price_model, generate_prices
-from traces.spot_prices import (
+from clustertwin.traces.spot_generator import fit_preemption_model, fit_price_model, generate_prices
+from clustertwin.traces.spot_prices import (
     BUNDLED_SPOT_TRACES,
     COLUMNS,
     load_bundled_or_path,
@@ -367,8 +366,8 @@ def test_json_zone_with_no_region_is_an_error(tmp_path: Path) -> None:
 
 
 def test_coverage_check_rejects_a_replay_outside_the_trace() -> None:
-    from policies.bidbrain import PriceSeries
-    from sim.spot.market import check_coverage
+    from clustertwin.policies.bidbrain import PriceSeries
+    from clustertwin.sim.spot.market import check_coverage
 
     series = {("p2.xlarge", "us-east-1a"): PriceSeries(np.array([0.0, 3600.0]), np.array([0.3, 0.4]))}
     check_coverage(series, 0.0, 3600.0 + 7200.0, 7200.0, "here")  # exactly max_stale past: fine
@@ -395,9 +394,9 @@ def _spot_trace(tmp_path: Path, hours: int = 48, zones: tuple[str, ...] = ("us-e
 
 
 def _spot_run(trace: Path, *overrides: str):
-    from scenarios.load import load_scenario
-    from scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
-    from sim.spot import run
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
+    from clustertwin.sim.spot import run
 
     base = [
         f"market.trace={trace}",

@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import sweep_helpers
+from clustertwin.scenarios.errors import InputError
 from sweep_helpers import CountingRunner, marks
 
 from clustertwin.cli import main
 from clustertwin.sweep import plan_sweep, run_sweep
-from scenarios.errors import InputError
 
 TINY = """\
 name: tiny

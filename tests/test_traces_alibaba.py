@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
-from scenarios.errors import InputError
-from traces.alibaba_minibatch import job_factors, trace_factors
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.alibaba_minibatch import job_factors, trace_factors
 
 HEADER = "worker,time,batch_time_norm\n"
 
@@ -62,8 +61,8 @@ def test_missing_column_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_a_scenario_replays_a_user_trace_relative_to_its_file(tmp_path: Path) -> None:
-    from scenarios.load import load_scenario
-    from sim import run_scenario
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim import run_scenario
 
     (tmp_path / "t.csv").write_text(HEADER + "0,1,10\n0,2,10\n1,1,30\n1,2,30\n")
     base = Path(__file__).resolve().parents[1] / "scenarios" / "flexrr-default.yaml"
@@ -82,7 +81,7 @@ def test_a_scenario_replays_a_user_trace_relative_to_its_file(tmp_path: Path) ->
 
 
 def test_helper_groups_larger_than_the_cluster_are_refused() -> None:
-    from scenarios.load import load_scenario
+    from clustertwin.scenarios.load import load_scenario
 
     base = Path(__file__).resolve().parents[1] / "scenarios" / "flexrr-default.yaml"
     too_large = "rr.helper_group_size=200 is larger than the cluster of 128 workers"

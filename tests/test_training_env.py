@@ -1,4 +1,4 @@
-"""The training processes' environment (runtime.training_env): the heap keeps a step's buffers, so a warm
+"""The training processes' environment (runtime.gavel.training_env): heap keeps a step's buffers, so a warm
 step faults no memory in; agents and the profiler start their processes with it."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from runtime import agent, profile  # noqa: E402
-from runtime.training_env import HEAP_TUNABLES, training_env  # noqa: E402
+from clustertwin.runtime.gavel import agent, profile  # noqa: E402
+from clustertwin.runtime.gavel.training_env import HEAP_TUNABLES, training_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FAULTS_PER_STEP = """
 import resource, sys, torch
 from pathlib import Path
-from runtime.lease import Lease, Trainer
-from runtime.workloads import workload_for
+from clustertwin.runtime.gavel.lease import Lease, Trainer
+from clustertwin.runtime.workloads import workload_for
 torch.set_num_threads(1)
 t = Trainer(workload_for("Recommendation (batch size 512)"), Path(sys.argv[1]), 10**9, seed=0)
 t.train(Lease(20, 3600))
@@ -85,8 +85,8 @@ SMALLEST_SUBNORMAL = 5e-324
 def test_a_training_process_flushes_subnormals_and_a_trainer_leaves_its_caller_alone(tmp_path: Path) -> None:
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("flush-to-zero is an x86 mode here")
-    from runtime.lease import Lease, Trainer
-    from runtime.workloads import workload_for
+    from clustertwin.runtime.gavel.lease import Lease, Trainer
+    from clustertwin.runtime.workloads import workload_for
 
     # In-process (tests, tools): building and training a Trainer must not switch the caller to
     # flush-to-zero, which would break every later subnormal computation (hypothesis refuses to run).
@@ -94,7 +94,7 @@ def test_a_training_process_flushes_subnormals_and_a_trainer_leaves_its_caller_a
     trainer.train(Lease(2, 1e9))
     assert SMALLEST_SUBNORMAL * 1.0 > 0.0
     # A job process flushes before its first operation, so subnormal results become zero there.
-    code = "from runtime.training_env import flush_subnormals\nflush_subnormals()\n"
+    code = "from clustertwin.runtime.gavel.training_env import flush_subnormals\nflush_subnormals()\n"
     code += f"print({SMALLEST_SUBNORMAL} * 1.0)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert float(out.stdout) == 0.0

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scenarios.errors import InputError
+from clustertwin.scenarios.errors import InputError
 
 
 def read_text(path: Path) -> str:

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-
-from scenarios.errors import InputError
-from traces import bundled
-from traces.files import read_json, read_text
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces import bundled
+from clustertwin.traces.files import read_json, read_text
 
 JobKey = tuple[str, int]
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from scenarios.errors import InputError
-from traces.gavel_throughputs import ThroughputTable
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 _COLUMNS = {
     "10col": tuple(

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from scenarios.errors import InputError
-from traces.spot_prices import SPOT_DIR
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.spot_prices import SPOT_DIR
 
 BUNDLED_ON_DEMAND = SPOT_DIR / "on_demand_us-east-1.csv"
 _HEADER = ("instance_type", "vcpus", "gpus", "price")

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from scenarios.errors import InputError
-from traces.bundled import DATA_DIR
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.bundled import DATA_DIR
 
 PIPEDREAM_DIR = DATA_DIR / "pipedream"
 
@@ -88,7 +88,7 @@ class ModelProfile:
     def scaled(self, batch_size: int) -> ModelProfile:
         """The profile for another (micro)batch size, assuming time and activations linear in the batch
         and weights independent of it (a first-order model; real kernels are sublinear at small
-        batches, so calibrate with ``runtime.pipedream_profiler`` when that matters)."""
+        batches, so calibrate with ``runtime.pipedream.profiler`` when that matters)."""
         k = batch_size / self.batch_size
         layers = tuple(
             Layer(

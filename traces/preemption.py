@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 import pandas as pd
-
-from scenarios.errors import InputError
-from traces.files import read_json, read_text
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.files import read_json, read_text
 
 _TS = r"\[(?P<ts>[^\]]+)\]"
 _LOG_LINES = (

@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from policies.psld.blocks import Tensor
-from scenarios.errors import InputError
-from traces.pipedream_profile import bundled_profile
+from clustertwin.policies.psld.blocks import Tensor
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.pipedream_profile import bundled_profile
 
 PSLD_MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "resnet101")
 PAPER_BATCH = {"alexnet": 32, "resnet50": 32, "vgg16": 64, "resnet101": 32, "resnet18": 32}

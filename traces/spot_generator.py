@@ -23,9 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from scenarios.errors import InputError
-from traces.spot_prices import COLUMNS, region_of
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.spot_prices import COLUMNS, region_of
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-
-from scenarios.errors import InputError
-from traces.files import parse_json, read_text
+from clustertwin.scenarios.errors import InputError
+from clustertwin.traces.files import parse_json, read_text
 
 COLUMNS = ("timestamp", "region", "zone", "instance_type", "price")
 LINUX = "Linux/UNIX"

@@ -5,7 +5,7 @@
 * :mod:`policies.agileml.recovery` — end-of-life flush vs effective failure (roll back).
 """
 
-from policies.agileml.partitions import (
+from clustertwin.policies.agileml.partitions import (
     Migration,
     PartitionTable,
     active_ps_target,
@@ -13,8 +13,8 @@ from policies.agileml.partitions import (
     num_partitions,
     plan_evictions,
 )
-from policies.agileml.recovery import RecoveryPlan, plan_recovery
-from policies.agileml.stages import StageThresholds, choose_stage, workers_on_reliable
+from clustertwin.policies.agileml.recovery import RecoveryPlan, plan_recovery
+from clustertwin.policies.agileml.stages import StageThresholds, choose_stage, workers_on_reliable
 
 __all__ = [
     "Migration",

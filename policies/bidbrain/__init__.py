@@ -5,7 +5,7 @@
 * :mod:`policies.bidbrain.policy` — decision points, acquisition, renewal; the Standard baseline.
 """
 
-from policies.bidbrain.cost_model import (
+from clustertwin.policies.bidbrain.cost_model import (
     HOUR_S,
     Allocation,
     CostParams,
@@ -15,14 +15,14 @@ from policies.bidbrain.cost_model import (
     expected_cost,
     expected_work,
 )
-from policies.bidbrain.history import (
+from clustertwin.policies.bidbrain.history import (
     DEFAULT_DELTAS,
     EvictionTable,
     Market,
     PriceSeries,
     estimate_eviction_table,
 )
-from policies.bidbrain.policy import (
+from clustertwin.policies.bidbrain.policy import (
     BidBrain,
     BidBrainParams,
     MarketView,

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from policies.bidbrain.history import Market
+from clustertwin.policies.bidbrain.history import Market
 
 HOUR_S = 3600.0
 

@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from policies.bidbrain.cost_model import (
+from clustertwin.policies.bidbrain.cost_model import (
     HOUR_S,
     Allocation,
     CostParams,
@@ -32,7 +31,7 @@ from policies.bidbrain.cost_model import (
     candidates_cost_per_work,
     cost_per_work,
 )
-from policies.bidbrain.history import EvictionTable, Market
+from clustertwin.policies.bidbrain.history import EvictionTable, Market
 
 DEFAULT_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 

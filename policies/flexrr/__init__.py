@@ -5,9 +5,9 @@ One idea per module: ``config`` (Table 3.1), ``groups`` (§3.3.1), ``messages`` 
 §3.3.3 and Algorithm 2), ``stragglers`` (the §3.4.1 straggler models and the Ideal bound).
 """
 
-from policies.flexrr.config import RRConfig
-from policies.flexrr.consistency import may_start
-from policies.flexrr.groups import helpee_groups, helper_groups, machine_of
-from policies.flexrr.worker import RRWorker, Task
+from clustertwin.policies.flexrr.config import RRConfig
+from clustertwin.policies.flexrr.consistency import may_start
+from clustertwin.policies.flexrr.groups import helpee_groups, helper_groups, machine_of
+from clustertwin.policies.flexrr.worker import RRWorker, Task
 
 __all__ = ["RRConfig", "RRWorker", "Task", "helper_groups", "helpee_groups", "machine_of", "may_start"]

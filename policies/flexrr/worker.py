@@ -35,8 +35,8 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from policies.flexrr.config import RRConfig
-from policies.flexrr.messages import (
+from clustertwin.policies.flexrr.config import RRConfig
+from clustertwin.policies.flexrr.messages import (
     Action,
     AssignmentId,
     BegunHelping,
@@ -50,7 +50,7 @@ from policies.flexrr.messages import (
     ProgressReport,
     Wasted,
 )
-from policies.flexrr.progress import estimate_iteration_s, progress_difference, update_average
+from clustertwin.policies.flexrr.progress import estimate_iteration_s, progress_difference, update_average
 
 
 class Phase(Enum):

@@ -3,7 +3,7 @@
 Importing the package registers every policy with ``policies.registry``.
 """
 
-from policies.gavel import (  # noqa: F401  (imported for their @register side effect)
+from clustertwin.policies.gavel import (  # noqa: F401  (imported for their @register side effect)
     allox,
     cost,
     fifo,

@@ -26,10 +26,9 @@ otherwise empty worker).
 from __future__ import annotations
 
 import numpy as np
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 from scipy.optimize import linear_sum_assignment
-
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
 
 
 @register("allox")

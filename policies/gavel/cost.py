@@ -25,11 +25,10 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-
-from policies.gavel import lp
-from policies.gavel.makespan import column_costs, solve_makespan
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel import lp
+from clustertwin.policies.gavel.makespan import column_costs, solve_makespan
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 
 def _layout(inp: AllocationInput, space_sharing: bool) -> lp.Layout:

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 UNPLACED = -1
 

@@ -25,11 +25,10 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-
-from policies.gavel import lp
-from policies.gavel.isolated import isolated_fractions
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel import lp
+from clustertwin.policies.gavel.isolated import isolated_fractions
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 RELATIVE_GAP = 1e-6
 

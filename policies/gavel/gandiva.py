@@ -24,10 +24,9 @@ Time on a type where a job (or pair) cannot run is withheld so the round mechani
 from __future__ import annotations
 
 import numpy as np
-
-from policies.gavel.isolated import isolated_fractions
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel.isolated import isolated_fractions
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 
 def packed_scores(inp: AllocationInput) -> np.ndarray:

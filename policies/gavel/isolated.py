@@ -10,9 +10,8 @@ whole matrix by its largest row sum.
 from __future__ import annotations
 
 import numpy as np
-
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 
 def isolated_fractions(

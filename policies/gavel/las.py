@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-
-from policies.gavel import lp
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel import lp
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 
 def las_allocation(

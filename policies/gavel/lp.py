@@ -18,9 +18,8 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 import scipy.sparse as sp
-
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.gavel.space_sharing import active_pairs, pair_columns, relative_pair_throughputs
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.gavel.space_sharing import active_pairs, pair_columns, relative_pair_throughputs
 
 # Phase 2 keeps the phase-1 optimum t* up to this relative slack (see `solve_max_min`).
 OPTIMUM_SLACK = 1e-6

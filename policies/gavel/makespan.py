@@ -25,10 +25,9 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-
-from policies.gavel import lp
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel import lp
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 SECONDS_PER_HOUR = 3600.0
 # t = D̄/M below this means M beyond 1e9 equal-share lifetimes: the budget cannot finish the work

@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from policies.gavel.cluster import ClusterLayout
+from clustertwin.policies.gavel.cluster import ClusterLayout
 
 # Jobs that have received nothing yet outrank every job that has (the artifact uses the same device).
 UNSERVED_PRIORITY = 1e9

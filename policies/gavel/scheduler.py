@@ -17,13 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-
-from policies.gavel.cluster import ClusterLayout
-from policies.gavel.combos import ComboTable
-from policies.gavel.isolated import isolated_fractions
-from policies.gavel.mechanism import place_round, priorities, select_round
-from policies.gavel.problem import Allocation, AllocationInput, PairCandidates
-from policies.registry import AllocationPolicy
+from clustertwin.policies.gavel.cluster import ClusterLayout
+from clustertwin.policies.gavel.combos import ComboTable
+from clustertwin.policies.gavel.isolated import isolated_fractions
+from clustertwin.policies.gavel.mechanism import place_round, priorities, select_round
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput, PairCandidates
+from clustertwin.policies.registry import AllocationPolicy
 
 # The weight of a new measurement in a job's smoothed throughput (§5.3.3; Gavel's artifact uses 0.5).
 ONLINE_SMOOTHING = 0.5

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-
-from policies.gavel.fifo import arrival_order, greedy_allocation, place_in_order
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel.fifo import arrival_order, greedy_allocation, place_in_order
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 
 def shortest_first_order(inp: AllocationInput) -> np.ndarray:

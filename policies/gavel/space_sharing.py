@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from policies.gavel.problem import AllocationInput, PairCandidates
+from clustertwin.policies.gavel.problem import AllocationInput, PairCandidates
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,8 @@ from typing import Literal
 import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
-
-from policies.gavel.problem import Allocation, AllocationInput
-from policies.registry import register
+from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.registry import register
 
 # The bottleneck test's margin, relative and absolute; the artifact uses the same magnitudes (1.0001, 1e-5).
 RISE_REL = 1e-4

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 
-from policies.pipedream.partition import Convention, StagePlan, pipeline_time
+from clustertwin.policies.pipedream.partition import Convention, StagePlan, pipeline_time
 
 
 def compositions(total: int, parts: int) -> Iterator[list[int]]:

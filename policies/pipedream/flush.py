@@ -8,7 +8,7 @@ and its bubble is ``(p-1)/m`` like GPipe's.
 
 from __future__ import annotations
 
-from policies.pipedream.ops import Op, Schedule, build_schedule
+from clustertwin.policies.pipedream.ops import Op, Schedule, build_schedule
 
 
 def one_f_one_b_order(microbatches: list[int], warmup: int) -> list[tuple[str, int]]:

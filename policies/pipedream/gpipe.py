@@ -7,7 +7,13 @@ microbatch order, as a last-in-first-out pipeline drains.
 
 from __future__ import annotations
 
-from policies.pipedream.ops import Op, Schedule, build_schedule, owned_microbatches, straight_placement
+from clustertwin.policies.pipedream.ops import (
+    Op,
+    Schedule,
+    build_schedule,
+    owned_microbatches,
+    straight_placement,
+)
 
 
 def gpipe(num_stages: int, num_microbatches: int, num_batches: int = 1) -> Schedule:

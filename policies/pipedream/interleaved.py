@@ -11,7 +11,7 @@ update per chunk. ``m`` must be a multiple of ``p``.
 
 from __future__ import annotations
 
-from policies.pipedream.ops import Op, Schedule, Worker
+from clustertwin.policies.pipedream.ops import Op, Schedule, Worker
 
 
 def interleaved(

@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import math
 
-from policies.pipedream.flush import one_f_one_b_order
-from policies.pipedream.ops import Op, Schedule, build_schedule, first_deadlock, owned_microbatches
+from clustertwin.policies.pipedream.flush import one_f_one_b_order
+from clustertwin.policies.pipedream.ops import (
+    Op,
+    Schedule,
+    build_schedule,
+    first_deadlock,
+    owned_microbatches,
+)
 
 
 def default_in_flight(replicas: tuple[int, ...]) -> tuple[int, ...]:

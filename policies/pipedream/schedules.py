@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from policies.pipedream.flush import flush
-from policies.pipedream.gpipe import gpipe
-from policies.pipedream.interleaved import interleaved
-from policies.pipedream.one_f_one_b import one_f_one_b
-from policies.pipedream.ops import Schedule
-from policies.pipedream.twobw import twobw
+from clustertwin.policies.pipedream.flush import flush
+from clustertwin.policies.pipedream.gpipe import gpipe
+from clustertwin.policies.pipedream.interleaved import interleaved
+from clustertwin.policies.pipedream.one_f_one_b import one_f_one_b
+from clustertwin.policies.pipedream.ops import Schedule
+from clustertwin.policies.pipedream.twobw import twobw
 
 ScheduleName = Literal["gpipe", "flush", "1f1b", "2bw", "interleaved"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "flush", "1f1b", "2bw", "interleaved")

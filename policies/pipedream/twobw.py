@@ -9,8 +9,8 @@ still in flight keep the older (shadow) version, so no stage ever needs a third.
 
 from __future__ import annotations
 
-from policies.pipedream.flush import one_f_one_b_order
-from policies.pipedream.ops import Op, Schedule, build_schedule
+from clustertwin.policies.pipedream.flush import one_f_one_b_order
+from clustertwin.policies.pipedream.ops import Op, Schedule, build_schedule
 
 
 def twobw_version(microbatch: int, batch_microbatches: int) -> int:

@@ -10,14 +10,19 @@ the reassignment step k* and vanilla-PS state movement, §5.2) and ``scheduler``
 Figs. 7-8 tying them together). Nothing here reads a clock, sleeps, does I/O or imports simpy/torch.
 """
 
-from policies.psld.baselines import byteps_layout, mxnet_layout, strawman_owners, tensorflow_layout
-from policies.psld.blocks import Block, Tensor, split_blocks
-from policies.psld.migration import BlockStore, migrations, reassignment_step
-from policies.psld.placement import eps_greedy, exploit
-from policies.psld.profiling import PerfModel, Sample, ServerModel, fit_model
-from policies.psld.scheduler import Decision, PSLDScheduler, SchedulerConfig
-from policies.psld.superior import superior_set
-from policies.psld.trigger import server_speeds, speed_variation
+from clustertwin.policies.psld.baselines import (
+    byteps_layout,
+    mxnet_layout,
+    strawman_owners,
+    tensorflow_layout,
+)
+from clustertwin.policies.psld.blocks import Block, Tensor, split_blocks
+from clustertwin.policies.psld.migration import BlockStore, migrations, reassignment_step
+from clustertwin.policies.psld.placement import eps_greedy, exploit
+from clustertwin.policies.psld.profiling import PerfModel, Sample, ServerModel, fit_model
+from clustertwin.policies.psld.scheduler import Decision, PSLDScheduler, SchedulerConfig
+from clustertwin.policies.psld.superior import superior_set
+from clustertwin.policies.psld.trigger import server_speeds, speed_variation
 
 __all__ = [
     "Block",

@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-
-from policies.psld.blocks import Block, Tensor, split_blocks, split_even
+from clustertwin.policies.psld.blocks import Block, Tensor, split_blocks, split_even
 
 
 def mxnet_layout(

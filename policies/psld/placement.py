@@ -17,8 +17,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-
-from policies.psld.profiling import PerfModel
+from clustertwin.policies.psld.profiling import PerfModel
 
 
 def exploit(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.psld.profiling import PerfModel, ServerModel
+from clustertwin.policies.psld.profiling import PerfModel, ServerModel
 
 
 def needs_scale_out(superior: Sequence[int], initial_servers: int, scale_threshold: float) -> bool:

@@ -26,13 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from policies.psld.baselines import strawman_owners
-from policies.psld.placement import eps_greedy, loads_of, predicted_makespan
-from policies.psld.profiling import Z_90, Sample, ServerModel, fit_model
-from policies.psld.scaling import needs_scale_out, new_server_model
-from policies.psld.superior import superior_set
-from policies.psld.trigger import server_speeds, speed_variation
+from clustertwin.policies.psld.baselines import strawman_owners
+from clustertwin.policies.psld.placement import eps_greedy, loads_of, predicted_makespan
+from clustertwin.policies.psld.profiling import Z_90, Sample, ServerModel, fit_model
+from clustertwin.policies.psld.scaling import needs_scale_out, new_server_model
+from clustertwin.policies.psld.superior import superior_set
+from clustertwin.policies.psld.trigger import server_speeds, speed_variation
 
 
 @dataclass(frozen=True)

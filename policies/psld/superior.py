@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from policies.psld.profiling import Z_90, PerfModel
+from clustertwin.policies.psld.profiling import Z_90, PerfModel
 
 
 def superior_set(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from policies.psld.profiling import PerfModel
+from clustertwin.policies.psld.profiling import PerfModel
 
 
 def server_speeds(

@@ -24,12 +24,11 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
-
-from scenarios.errors import InputError, RunFailure
-from scenarios.flexrr_results import frame
-from scenarios.flexrr_schema import FlexRRScenario
-from scenarios.flexrr_setup import items_per_worker, run_tables
-from scenarios.results import RunResult
+from clustertwin.scenarios.errors import InputError, RunFailure
+from clustertwin.scenarios.flexrr_results import frame
+from clustertwin.scenarios.flexrr_schema import FlexRRScenario
+from clustertwin.scenarios.flexrr_setup import items_per_worker, run_tables
+from clustertwin.scenarios.results import RunResult
 
 
 def _free_port() -> int:
@@ -45,7 +44,7 @@ def run_real(scenario: FlexRRScenario, out_dir: Path) -> tuple[RunResult, torch.
 
 def run_real_many(scenarios: list[FlexRRScenario], out_dir: Path) -> list[tuple[RunResult, torch.Tensor]]:
     """Run ``scenarios`` (same worker count and runtime device) in one set of worker processes."""
-    from runtime.flexrr.worker import worker_main
+    from clustertwin.runtime.flexrr.worker import worker_main
 
     if not scenarios:
         return []

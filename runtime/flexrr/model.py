@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from scenarios.flexrr_schema import FlexRRScenario
+    from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-from policies.flexrr.consistency import gating_iteration
-from policies.flexrr.messages import Commit, IterationDone, Message, Wasted
-from policies.flexrr.worker import Phase
-from runtime.flexrr.mailbox import StoreMailbox
-from runtime.flexrr.model import MLRProblem, delta_items, problem_for
-from scenarios.flexrr_schema import FlexRRRuntime, FlexRRScenario
+from clustertwin.policies.flexrr.consistency import gating_iteration
+from clustertwin.policies.flexrr.messages import Commit, IterationDone, Message, Wasted
+from clustertwin.policies.flexrr.worker import Phase
+from clustertwin.runtime.flexrr.mailbox import StoreMailbox
+from clustertwin.runtime.flexrr.model import MLRProblem, delta_items, problem_for
+from clustertwin.scenarios.flexrr_schema import FlexRRRuntime, FlexRRScenario
 
 
 def pick_device(rt: FlexRRRuntime, rank: int) -> torch.device:
@@ -129,7 +128,7 @@ def _run_one(
     data: dict[MLRProblem, tuple[torch.Tensor, torch.Tensor]],
 ) -> dict:
     # the sim's builders give every process the same groups, ranges and straggler realisation
-    from scenarios.flexrr_setup import items_per_worker, machines, profiles
+    from clustertwin.scenarios.flexrr_setup import items_per_worker, machines, profiles
 
     rt = scenario.runtime
     items = items_per_worker(scenario)

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-from policies.pipedream.ops import Schedule
-from policies.pipedream.schedules import make_schedule
-from runtime.pipedream.distributed import StageExecutor, barrier, init_rank
-from runtime.pipedream.torch_pipelining import bench_torch_pipelining
-from runtime.pipedream.workload import Workload
+from clustertwin.policies.pipedream.ops import Schedule
+from clustertwin.policies.pipedream.schedules import make_schedule
+from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, init_rank
+from clustertwin.runtime.pipedream.torch_pipelining import bench_torch_pipelining
+from clustertwin.runtime.pipedream.workload import Workload
 
 INTERLEAVE = 2  # chunks per device of the interleaved schedule
 

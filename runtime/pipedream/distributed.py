@@ -34,11 +34,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from clustertwin.policies.pipedream.ops import Schedule
+from clustertwin.runtime.pipedream.p2p import Channels
+from clustertwin.runtime.pipedream.workload import Workload
 from torch.func import functional_call
-
-from policies.pipedream.ops import Schedule
-from runtime.pipedream.p2p import Channels
-from runtime.pipedream.workload import Workload
 
 Params = dict[str, torch.Tensor]
 # One ops-table row: device, worker, stage, replica, kind, microbatch, version, start_s, end_s, bytes.

@@ -154,7 +154,7 @@ def chunk_layers(config: GPTConfig, chunks: int, index: int) -> range:
 
 
 def gpt_sequential(config: GPTConfig, seed: int, device: torch.device | str = "cpu") -> nn.Sequential:
-    """The whole model as an ``nn.Sequential`` of layers, for ``runtime.pipedream_profiler``."""
+    """The whole model as an ``nn.Sequential`` of layers, for ``runtime.pipedream.profiler``."""
     return nn.Sequential(*(build_layer(config, seed, i, device) for i in range(config.layers + 2)))
 
 

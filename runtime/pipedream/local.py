@@ -15,10 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from clustertwin.policies.pipedream.ops import Op, Schedule
 from torch import nn
 from torch.func import functional_call
-
-from policies.pipedream.ops import Op, Schedule
 
 Params = dict[str, torch.Tensor]
 

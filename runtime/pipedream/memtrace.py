@@ -18,10 +18,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-from policies.pipedream.ops import Schedule
-from runtime.pipedream.distributed import StageExecutor, barrier, init_rank
-from runtime.pipedream.workload import Workload
+from clustertwin.policies.pipedream.ops import Schedule
+from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, init_rank
+from clustertwin.runtime.pipedream.workload import Workload
 
 
 def _allocations(prof: torch.profiler.profile) -> list[tuple[int, int]]:

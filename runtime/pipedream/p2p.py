@@ -22,8 +22,7 @@ from collections import deque
 
 import torch
 import torch.distributed as dist
-
-from policies.pipedream.ops import Schedule
+from clustertwin.policies.pipedream.ops import Schedule
 
 Key = tuple[str, int, int]  # ("act" | "grad", microbatch, chunk that consumes it)
 Channel = tuple[int, int, str]  # (sender rank, receiver rank, kind)

@@ -15,10 +15,9 @@ from __future__ import annotations
 import time
 
 import torch
+from clustertwin.runtime.pipedream.distributed import barrier
+from clustertwin.runtime.pipedream.workload import Workload
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
-
-from runtime.pipedream.distributed import barrier
-from runtime.pipedream.workload import Workload
 
 # Our schedule name -> torch's schedule class and chunks per rank.
 TORCH_SCHEDULES = {

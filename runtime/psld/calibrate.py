@@ -54,10 +54,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-
-from policies.psld.placement import eps_greedy
-from policies.psld.profiling import fit_model
-from scenarios.results import RunResult
+from clustertwin.policies.psld.placement import eps_greedy
+from clustertwin.policies.psld.profiling import fit_model
+from clustertwin.scenarios.results import RunResult
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 

@@ -13,9 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-from runtime.psld.ps import Job, run_server, run_worker
-from scenarios.errors import RunFailure
+from clustertwin.runtime.psld.ps import Job, run_server, run_worker
+from clustertwin.scenarios.errors import RunFailure
 
 
 def _free_port() -> int:

@@ -37,12 +37,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.distributed as dist
-
-from policies.psld.blocks import Block
-from policies.psld.migration import migrations
-from policies.psld.profiling import Sample
-from policies.psld.scheduler import PSLDScheduler, SchedulerConfig
-from runtime.psld.throttle import Link, TokenBucket
+from clustertwin.policies.psld.blocks import Block
+from clustertwin.policies.psld.migration import migrations
+from clustertwin.policies.psld.profiling import Sample
+from clustertwin.policies.psld.scheduler import PSLDScheduler, SchedulerConfig
+from clustertwin.runtime.psld.throttle import Link, TokenBucket
 
 
 @dataclass(frozen=True)
@@ -611,7 +610,7 @@ def reference(job: Job) -> torch.Tensor:
 
 def block_layout(sizes: Sequence[int], block_bytes: int) -> tuple[int, tuple[Block, ...]]:
     """Blocks over one flat float64 vector made of tensors of ``sizes`` elements."""
-    from policies.psld.blocks import Tensor, split_blocks
+    from clustertwin.policies.psld.blocks import Tensor, split_blocks
 
     tensors = [Tensor(f"t{i}", n * 8) for i, n in enumerate(sizes)]
     blocks = split_blocks(tensors, block_bytes)

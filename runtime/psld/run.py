@@ -80,17 +80,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from policies.psld.baselines import byteps_layout, mxnet_layout, round_robin_owners, tensorflow_layout
-from policies.psld.blocks import Block, Tensor, split_blocks
-from policies.psld.migration import migrations
-from policies.psld.profiling import Sample
-from scenarios.errors import InputError
-from scenarios.psld_results import frame
-from scenarios.psld_schema import ADAPTIVE, PSLDScenario
-from scenarios.psld_setup import scheduler_config
-from scenarios.results import RunResult
-from traces.psld_models import psld_model
+from clustertwin.policies.psld.baselines import (
+    byteps_layout,
+    mxnet_layout,
+    round_robin_owners,
+    tensorflow_layout,
+)
+from clustertwin.policies.psld.blocks import Block, Tensor, split_blocks
+from clustertwin.policies.psld.migration import migrations
+from clustertwin.policies.psld.profiling import Sample
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.psld_results import frame
+from clustertwin.scenarios.psld_schema import ADAPTIVE, PSLDScenario
+from clustertwin.scenarios.psld_setup import scheduler_config
+from clustertwin.scenarios.results import RunResult
+from clustertwin.traces.psld_models import psld_model
 
 LAYOUT_STREAM, POLICY_STREAM = 1, 2  # the simulator's random streams (sim/psld/__init__.py)
 PROBE_ITERATIONS = 1
@@ -165,7 +169,7 @@ def throttles(scenario: PSLDScenario) -> dict[int, float]:
 
 def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
     """The runtime ``Job`` of a scenario (without closed loop if the policy is not adaptive)."""
-    from runtime.psld.ps import Job
+    from clustertwin.runtime.psld.ps import Job
 
     check_real(scenario)
     model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
@@ -218,8 +222,7 @@ def _main(rank: int, world: int, port: int, runs: list[tuple[Any, float]], queue
     """One rank of a launch that runs ``runs`` (job, duration_s) one after another on one process group,
     each as a 1-iteration probe (first touches) and then the job itself."""
     import torch.distributed as dist
-
-    from runtime.psld.launch import join_group
+    from clustertwin.runtime.psld.launch import join_group
 
     join_group(rank, world, port)
     try:
@@ -227,7 +230,7 @@ def _main(rank: int, world: int, port: int, runs: list[tuple[Any, float]], queue
         if rank >= first.ps_ranks and first.device == "cuda":
             # CUDA context, cuBLAS handle and kernels load on the first gradient (seconds): pay that
             # before the probe, so the timed runs do not pay it
-            from runtime.psld import ps
+            from clustertwin.runtime.psld import ps
 
             w = rank - first.ps_ranks
             ps.deterministic_cuda()
@@ -241,8 +244,7 @@ def _main(rank: int, world: int, port: int, runs: list[tuple[Any, float]], queue
 
 def _run_one(rank: int, main, duration_s: float) -> tuple:
     import torch.distributed as dist
-
-    from runtime.psld import ps
+    from clustertwin.runtime.psld import ps
 
     marks: ps.Marks = []
     probe = replace(main, iterations=PROBE_ITERATIONS, report_every=0, scheduler=None, kill_at=None)
@@ -279,7 +281,7 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
 
 
 def _launch(runs: list[tuple[Any, float]], progress) -> list[dict[int, tuple]]:
-    from runtime.psld.launch import roles, spawn_group
+    from clustertwin.runtime.psld.launch import roles, spawn_group
 
     first = runs[0][0]
     world = first.ps_ranks + first.workers

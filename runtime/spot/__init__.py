@@ -10,7 +10,7 @@ from typing import Any
 
 def run_real(*args: Any, **kwargs: Any):
     """See :func:`runtime.spot.run.run_real` (imported lazily: torch loads only when a run starts)."""
-    from runtime.spot.run import run_real as _run_real
+    from clustertwin.runtime.spot.run import run_real as _run_real
 
     return _run_real(*args, **kwargs)
 

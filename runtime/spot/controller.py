@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from policies.agileml import (
+from clustertwin.policies.agileml import (
     PartitionTable,
     StageThresholds,
     choose_active_ps_hosts,

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
-
-from scenarios.errors import InputError
-from scenarios.spot_real_schema import SpotRealScenario
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.spot_real_schema import SpotRealScenario
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def schedule(scenario: SpotRealScenario) -> list[EvictionEvent]:
 
 def trace_schedule(scenario: SpotRealScenario) -> list[EvictionEvent]:
     """Evictions from the replayed price trace (see the module docstring)."""
-    from traces.spot_prices import load_bundled_or_path, select
+    from clustertwin.traces.spot_prices import load_bundled_or_path, select
 
     spec = scenario.trace
     where = f"{scenario.source}: field trace"

@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from policies.agileml import StageThresholds, plan_recovery
-from runtime.spot.controller import Controller, Epoch
-from runtime.spot.driver import EvictionEvent, schedule
-from runtime.spot.model import MLR, partition_bounds
-from scenarios.errors import RunFailure
+from clustertwin.policies.agileml import StageThresholds, plan_recovery
+from clustertwin.runtime.spot.controller import Controller, Epoch
+from clustertwin.runtime.spot.driver import EvictionEvent, schedule
+from clustertwin.runtime.spot.model import MLR, partition_bounds
+from clustertwin.scenarios.errors import RunFailure
 
 READY_TIMEOUT_S = 120.0
 
@@ -122,8 +121,7 @@ class Launcher:
     # ---- phases --------------------------------------------------------------------------------
     def _start_phase(self, start_clock: int, params: np.ndarray) -> None:
         import torch.distributed as dist
-
-        from runtime.spot.process import process_main
+        from clustertwin.runtime.spot.process import process_main
 
         self.phase += 1
         self.phase_start = start_clock
@@ -372,7 +370,12 @@ def _context():
 
         _CTX = mp.get_context("forkserver")
         _CTX.set_forkserver_preload(
-            ["torch", "torch.distributed", "runtime.spot.process", "runtime.spot.model"]
+            [
+                "torch",
+                "torch.distributed",
+                "clustertwin.runtime.spot.process",
+                "clustertwin.runtime.spot.model",
+            ]
         )
     return _CTX
 

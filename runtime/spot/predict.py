@@ -26,14 +26,13 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-
-from policies.agileml import StageThresholds
-from policies.bidbrain.history import PriceSeries
-from runtime.spot.driver import EvictionEvent
-from sim.spot.billing import BillingModel
-from sim.spot.engine import SpotConfig, SpotSim
-from sim.spot.market import MarketReplay
-from sim.spot.perf import DEFAULT_PERF
+from clustertwin.policies.agileml import StageThresholds
+from clustertwin.policies.bidbrain.history import PriceSeries
+from clustertwin.runtime.spot.driver import EvictionEvent
+from clustertwin.sim.spot.billing import BillingModel
+from clustertwin.sim.spot.engine import SpotConfig, SpotSim
+from clustertwin.sim.spot.market import MarketReplay
+from clustertwin.sim.spot.perf import DEFAULT_PERF
 
 RELIABLE, TRANSIENT = "reliable", "transient"
 

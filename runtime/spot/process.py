@@ -71,8 +71,7 @@ class TrainingProcess:
     def __init__(self, name: str, port: int, spec: dict[str, Any]) -> None:
         import torch
         import torch.distributed as dist
-
-        from runtime.spot.model import MLR, partition_bounds
+        from clustertwin.runtime.spot.model import MLR, partition_bounds
 
         torch.set_num_threads(1)
         self.name = name
@@ -200,8 +199,7 @@ class TrainingProcess:
     def _clocks(self) -> bool:
         """Run clocks until the stop epoch (True) or retirement (True); raises _Rollback."""
         import torch
-
-        from runtime.spot.model import share_bounds, update
+        from clustertwin.runtime.spot.model import share_bounds, update
 
         st, me, K = self.st, self.name, self.spec["backup_every"]
         while True:

@@ -11,15 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.spot.driver import schedule
-from runtime.spot.launch import run_job
-from runtime.spot.model import MLR, loss, reference
-from runtime.spot.predict import prediction_tables
-from runtime.spot.tables import clock_rate, evictions, iterations, progress, read_logs
-from scenarios.errors import InputError
-from scenarios.results import RunResult
-from scenarios.spot_real_results import to_frame
-from scenarios.spot_real_schema import SpotRealScenario
+from clustertwin.runtime.spot.driver import schedule
+from clustertwin.runtime.spot.launch import run_job
+from clustertwin.runtime.spot.model import MLR, loss, reference
+from clustertwin.runtime.spot.predict import prediction_tables
+from clustertwin.runtime.spot.tables import clock_rate, evictions, iterations, progress, read_logs
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.results import RunResult
+from clustertwin.scenarios.spot_real_results import to_frame
+from clustertwin.scenarios.spot_real_schema import SpotRealScenario
 
 
 def check_real(scenario: SpotRealScenario, cores: int | None = None) -> None:

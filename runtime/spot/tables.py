@@ -14,9 +14,8 @@ from collections import defaultdict
 
 import numpy as np
 import pandas as pd
-
-from runtime.spot.launch import JobRecord
-from scenarios.spot_real_results import to_frame
+from clustertwin.runtime.spot.launch import JobRecord
+from clustertwin.scenarios.spot_real_results import to_frame
 
 WINDOW_S = 3.0  # how long before/after an eviction the normal iteration time is measured
 

@@ -19,11 +19,10 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-from policies.flexrr.groups import machine_of
-from scenarios.flexrr_results import frame
-from scenarios.flexrr_schema import FlexRRScenario
-from scenarios.flexrr_setup import (
+from clustertwin.policies.flexrr.groups import machine_of
+from clustertwin.scenarios.flexrr_results import frame
+from clustertwin.scenarios.flexrr_schema import FlexRRScenario
+from clustertwin.scenarios.flexrr_setup import (
     LATENCY_STREAM,
     items_per_worker,
     machines,
@@ -31,9 +30,9 @@ from scenarios.flexrr_setup import (
     rr_config,
     run_tables,
 )
-from scenarios.results import RunResult
-from sim.flexrr.engine import Engine, EngineConfig, EngineLog
-from sim.flexrr.ps import PSConfig, ShardedPS
+from clustertwin.scenarios.results import RunResult
+from clustertwin.sim.flexrr.engine import Engine, EngineConfig, EngineLog
+from clustertwin.sim.flexrr.ps import PSConfig, ShardedPS
 
 
 def ps_config(scenario: FlexRRScenario) -> PSConfig | None:

@@ -29,13 +29,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from policies.flexrr.config import RRConfig
-from policies.flexrr.consistency import gating_iteration
-from policies.flexrr.messages import Commit, IterationDone, Message, Wasted
-from policies.flexrr.stragglers import SpeedProfile
-from policies.flexrr.worker import RRWorker
-from sim.flexrr.ps import PSLog, ShardedPS
+from clustertwin.policies.flexrr.config import RRConfig
+from clustertwin.policies.flexrr.consistency import gating_iteration
+from clustertwin.policies.flexrr.messages import Commit, IterationDone, Message, Wasted
+from clustertwin.policies.flexrr.stragglers import SpeedProfile
+from clustertwin.policies.flexrr.worker import RRWorker
+from clustertwin.sim.flexrr.ps import PSLog, ShardedPS
 
 _STOP, _ARRIVE, _GATE, _NET = 0, 1, 2, 3
 

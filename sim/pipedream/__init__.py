@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scenarios.errors import InputError
-from scenarios.pipedream_schema import PipeDreamScenario
-from scenarios.results import RunResult
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
+from clustertwin.scenarios.results import RunResult
 
 
 def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
@@ -19,8 +19,8 @@ def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | No
     A schedule that does not fit its devices is the scenario's fault, not a crash: the out-of-memory
     prediction (which names the device, stage, op and bytes) becomes an :class:`InputError` on the file.
     """
-    from sim.pipedream.memory import PipelineOutOfMemory
-    from sim.pipedream.runner import run as _run
+    from clustertwin.sim.pipedream.memory import PipelineOutOfMemory
+    from clustertwin.sim.pipedream.runner import run as _run
 
     try:
         return _run(scenario, progress)

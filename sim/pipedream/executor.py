@@ -15,10 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import simpy
-
-from policies.pipedream.ops import Op, Schedule
-from sim.pipedream.memory import DeviceMemory
-from sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
+from clustertwin.policies.pipedream.ops import Op, Schedule
+from clustertwin.sim.pipedream.memory import DeviceMemory
+from clustertwin.sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
 
 
 class ScheduleError(RuntimeError):

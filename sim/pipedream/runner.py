@@ -8,17 +8,21 @@ import time
 from collections.abc import Callable, Sequence
 
 import pandas as pd
-
-from policies.pipedream.ops import Schedule
-from policies.pipedream.partition import Level, PartitionPlan, StagePlan, plan_partition
-from policies.pipedream.schedules import make_schedule
-from scenarios.errors import InputError
-from scenarios.pipedream_results import PIPEDREAM_TABLES
-from scenarios.pipedream_schema import PipeDreamScenario
-from scenarios.results import RunResult
-from sim.pipedream.executor import SimOutcome, simulate
-from sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
-from traces.pipedream_profile import BUNDLED_BATCH_SIZES, ModelProfile, bundled_profile, load_profile
+from clustertwin.policies.pipedream.ops import Schedule
+from clustertwin.policies.pipedream.partition import Level, PartitionPlan, StagePlan, plan_partition
+from clustertwin.policies.pipedream.schedules import make_schedule
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
+from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
+from clustertwin.scenarios.results import RunResult
+from clustertwin.sim.pipedream.executor import SimOutcome, simulate
+from clustertwin.sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
+from clustertwin.traces.pipedream_profile import (
+    BUNDLED_BATCH_SIZES,
+    ModelProfile,
+    bundled_profile,
+    load_profile,
+)
 
 GB = 1e9
 GIB = 2.0**30

@@ -14,16 +14,20 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-
-from policies.psld.baselines import byteps_layout, mxnet_layout, round_robin_owners, tensorflow_layout
-from policies.psld.blocks import split_blocks
-from policies.psld.scheduler import PSLDScheduler
-from scenarios.psld_results import frame
-from scenarios.psld_schema import ADAPTIVE, PSLDScenario
-from scenarios.psld_setup import scheduler_config
-from scenarios.results import RunResult
-from sim.psld.engine import Change, Engine, EngineConfig
-from traces.psld_models import psld_model
+from clustertwin.policies.psld.baselines import (
+    byteps_layout,
+    mxnet_layout,
+    round_robin_owners,
+    tensorflow_layout,
+)
+from clustertwin.policies.psld.blocks import split_blocks
+from clustertwin.policies.psld.scheduler import PSLDScheduler
+from clustertwin.scenarios.psld_results import frame
+from clustertwin.scenarios.psld_schema import ADAPTIVE, PSLDScenario
+from clustertwin.scenarios.psld_setup import scheduler_config
+from clustertwin.scenarios.results import RunResult
+from clustertwin.sim.psld.engine import Change, Engine, EngineConfig
+from clustertwin.traces.psld_models import psld_model
 
 LAYOUT_STREAM, POLICY_STREAM, REGIME_STREAM, NOISE_STREAM = 1, 2, 3, 4
 

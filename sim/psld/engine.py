@@ -28,11 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from policies.psld.migration import migrations, reassignment_step
-from policies.psld.profiling import Sample
-from policies.psld.scheduler import Decision, PSLDScheduler
-from sim.psld.network import max_min_rates
+from clustertwin.policies.psld.migration import migrations, reassignment_step
+from clustertwin.policies.psld.profiling import Sample
+from clustertwin.policies.psld.scheduler import Decision, PSLDScheduler
+from clustertwin.sim.psld.network import max_min_rates
 
 GBPS = 1e9 / 8  # bytes per second in one Gbit/s
 _GRAD, _AGG, _DONE, _CHANGE, _REMOVE, _RESUME = range(6)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scenarios.results import RunResult
-from scenarios.spot_schema import SpotScenario
+from clustertwin.scenarios.results import RunResult
+from clustertwin.scenarios.spot_schema import SpotScenario
 
 
 def run(scenario: SpotScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
     """Simulate a spot scenario and return its event tables (see ``sim/spot/tables.py``)."""
-    from sim.spot.setup import run as _run
+    from clustertwin.sim.spot.setup import run as _run
 
     return _run(scenario, progress)
 

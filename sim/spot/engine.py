@@ -22,8 +22,7 @@ from typing import Literal
 
 import numpy as np
 import simpy
-
-from policies.agileml import (
+from clustertwin.policies.agileml import (
     PartitionTable,
     StageThresholds,
     choose_active_ps_hosts,
@@ -31,7 +30,7 @@ from policies.agileml import (
     num_partitions,
     plan_recovery,
 )
-from policies.bidbrain import (
+from clustertwin.policies.bidbrain import (
     Allocation,
     BidBrain,
     MarketView,
@@ -39,11 +38,11 @@ from policies.bidbrain import (
     just_above_request,
     standard_request,
 )
-from policies.bidbrain.cost_model import HOUR_S
-from policies.bidbrain.history import Market
-from sim.spot.billing import BillingModel
-from sim.spot.market import MarketReplay
-from sim.spot.perf import PerfModel
+from clustertwin.policies.bidbrain.cost_model import HOUR_S
+from clustertwin.policies.bidbrain.history import Market
+from clustertwin.sim.spot.billing import BillingModel
+from clustertwin.sim.spot.market import MarketReplay
+from clustertwin.sim.spot.perf import PerfModel
 
 Acquisition = Literal["bidbrain", "standard", "just_above", "on_demand"]
 FaultTolerance = Literal["agileml", "checkpoint"]

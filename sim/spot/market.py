@@ -13,9 +13,8 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pandas as pd
-
-from policies.bidbrain.history import Market, PriceSeries
-from scenarios.errors import InputError
+from clustertwin.policies.bidbrain.history import Market, PriceSeries
+from clustertwin.scenarios.errors import InputError
 
 
 def series_from_table(table: pd.DataFrame, origin: pd.Timestamp) -> dict[Market, PriceSeries]:

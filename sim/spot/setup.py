@@ -10,20 +10,25 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from policies.agileml import StageThresholds
-from policies.bidbrain import BidBrain, BidBrainParams, CostParams, EvictionTable, estimate_eviction_table
-from scenarios.errors import InputError
-from scenarios.results import RunResult
-from scenarios.spot_results import to_frame
-from scenarios.spot_schema import SpotScenario
-from sim.spot.billing import billing_model
-from sim.spot.engine import SpotConfig, SpotSim
-from sim.spot.market import MarketReplay, check_coverage, series_from_table
-from sim.spot.perf import DEFAULT_PERF
-from traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
-from traces.spot_generator import fit_price_model, generate_prices
-from traces.spot_prices import load_bundled_or_path, select
+from clustertwin.policies.agileml import StageThresholds
+from clustertwin.policies.bidbrain import (
+    BidBrain,
+    BidBrainParams,
+    CostParams,
+    EvictionTable,
+    estimate_eviction_table,
+)
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.results import RunResult
+from clustertwin.scenarios.spot_results import to_frame
+from clustertwin.scenarios.spot_schema import SpotScenario
+from clustertwin.sim.spot.billing import billing_model
+from clustertwin.sim.spot.engine import SpotConfig, SpotSim
+from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table
+from clustertwin.sim.spot.perf import DEFAULT_PERF
+from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
+from clustertwin.traces.spot_generator import fit_price_model, generate_prices
+from clustertwin.traces.spot_prices import load_bundled_or_path, select
 
 
 @functools.lru_cache(maxsize=8)

@@ -1,7 +1,7 @@
 """Profiling a scenario's jobs on its real workers, to calibrate the simulator (DESIGN.md "Real runtime").
 
 For every (job type, scale factor) of the workload and every worker type of ``real.workers`` this runs
-the job process exactly as the real backend would (``runtime.job_main``, under torchrun when the job
+the job process exactly as the real backend would (``runtime.gavel.job_main``, under torchrun when the job
 has several ranks) for two leases:
 
 * a warm-up lease of a few steps from scratch. It warms the file-system caches (bytecode, torch's
@@ -48,7 +48,7 @@ Two modes (``mode``):
   throughputs were 0.40x (Recommendation on ``cpu``) to 0.98x of isolated ones, and a simulator
   calibrated by the isolated profile under-predicted the makespan by 30%. (Most of Recommendation's
   0.40x, a factor 1.9, was later traced to its subnormal momentum, which job processes now flush:
-  ``runtime.training_env``.) While a pair is measured (its warm-up and its measured lease alike, so
+  ``runtime.gavel.training_env``.) While a pair is measured (its warm-up and its measured lease alike, so
   that :func:`steady_step_s`'s difference sees one load), every
   other CPU worker slot of the cluster (``cluster.gpus[type]`` slots of each worker type whose device is
   ``cpu``, less the ``scale_factor`` slots the measured job takes when it runs on a CPU type) runs a
@@ -58,7 +58,7 @@ Two modes (``mode``):
   memory system very differently (Recommendation's embedding tables far more than a small convnet), so
   saturating the host with copies of the measured job would over-state the contention of the
   memory-bound types and under-state that of the compute-bound ones. Each background process trains
-  like a job of its slot's worker type (``runtime.lease.Trainer``: the same slowdown, one process per
+  like a job of its slot's worker type (``runtime.gavel.lease.Trainer``: the same slowdown, one process per
   slot with ``threads_per_cpu_worker`` threads), has trained a few steps before the first lease
   starts, trains on through the measurements of every pair with the same background (one worker type and
   scale factor), and is killed and reaped when they are done, also on error or Ctrl-C; a background process
@@ -105,17 +105,14 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runtime.cores import SlotCores, pin_child, pin_process, slot_cores
-from runtime.training_env import training_env
-from scenarios.errors import InputError
-from scenarios.gavel_workload import load_table, trace_jobs
-from scenarios.load import load_scenario
-from scenarios.schema import RealWorker, Scenario
-from traces.gavel_trace import load_gavel_trace
+from clustertwin.runtime.cores import SlotCores, pin_child, pin_process, slot_cores
+from clustertwin.runtime.gavel.training_env import training_env
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.gavel_schema import RealWorker, Scenario
+from clustertwin.scenarios.gavel_workload import load_table, trace_jobs
+from clustertwin.scenarios.load import load_scenario
+from clustertwin.traces.gavel_trace import load_gavel_trace
 
-# The repository root, put on the job process's PYTHONPATH so ``-m runtime.job_main`` resolves to this
-# checkout whatever the caller's working directory is.
-_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STEPS = 30
 DEFAULT_SECONDS = 10.0
 DEFAULT_WARMUP_STEPS = 3
@@ -207,7 +204,7 @@ def plan(scenario: Scenario) -> tuple[list[tuple[str, int, str]], list[tuple[str
     Raises InputError, before any process starts, for a scenario without ``real``, a cuda worker on a
     machine without CUDA, and a job type the runtime has no workload for.
     """
-    from runtime.workloads import workload_for
+    from clustertwin.runtime.workloads import workload_for
 
     real = scenario.real
     if real is None:
@@ -533,7 +530,7 @@ def _start_background(
     workdir.mkdir(parents=True, exist_ok=True)
     ready, log = workdir / "ready", workdir / "stderr.log"
     command = [
-        sys.executable, "-m", "runtime.profile",
+        sys.executable, "-m", "clustertwin.runtime.gavel.profile",
         "--job-type", job_type,
         "--slowdown", repr(worker.slowdown),
         "--seed", str(scenario.seed),
@@ -591,7 +588,7 @@ def _tail(log: Path, lines: int = 15) -> str:
 
 
 def background_main(argv: Sequence[str] | None = None) -> int:
-    """A background process: ``python -m runtime.profile --job-type T --ready FILE --parent PID ...``.
+    """A background process (``python -m clustertwin.runtime.gavel.profile --job-type T --ready FILE ...``).
 
     Trains ``T`` on the CPU from scratch, as a job of its slot's worker type would (same ``Trainer``,
     same slowdown; the threads come from ``OMP_NUM_THREADS``), writes ``FILE`` after a few steps and
@@ -605,13 +602,13 @@ def background_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, required=True, help="pid of the profiler")
     args = parser.parse_args(argv)
 
-    from runtime.agent import die_with_parent
-    from runtime.lease import Lease, Trainer
-    from runtime.training_env import flush_subnormals
-    from runtime.workloads import workload_for
+    from clustertwin.runtime.gavel.agent import die_with_parent
+    from clustertwin.runtime.gavel.lease import Lease, Trainer
+    from clustertwin.runtime.gavel.training_env import flush_subnormals
+    from clustertwin.runtime.workloads import workload_for
 
     die_with_parent()
-    flush_subnormals()  # as every job process does (runtime.job_main)
+    flush_subnormals()  # as every job process does (runtime.gavel.job_main)
     if os.getppid() != args.parent:  # the profiler died before the death signal was armed
         return 1
     checkpoint = args.ready.with_name("never-saved.pt")
@@ -733,7 +730,7 @@ def run_job_lease(
     report_path = workdir / "report.json"
     report_path.unlink(missing_ok=True)  # a stale report must not pass for this lease's
     job_args = [
-        "-m", "runtime.job_main",
+        "-m", "clustertwin.runtime.gavel.job_main",
         "--job-type", job_type,
         "--checkpoint", str(workdir / "checkpoint.pt"),
         "--report", str(report_path),
@@ -777,9 +774,8 @@ def run_job_lease(
 
 
 def _job_env() -> dict[str, str]:
-    """A job process's environment, as a worker agent gives it (``runtime.training_env``)."""
-    path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
-    return training_env({**os.environ, "PYTHONPATH": path})
+    """A job process's environment, as a worker agent gives it (``runtime.gavel.training_env``)."""
+    return training_env(dict(os.environ))
 
 
 # ------------------------------------------------------------------------------------------ output

@@ -47,9 +47,8 @@ from functools import partial
 from typing import Protocol
 
 import torch
+from clustertwin.traces.pipedream_profile import Layer, ModelProfile
 from torch import nn
-
-from traces.pipedream_profile import Layer, ModelProfile
 
 Loss = tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], torch.Tensor]
 TIMING = "back-to-back: warmup untimed, then (end - start) / iterations between two marks"

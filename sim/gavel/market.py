@@ -40,19 +40,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-
-from policies.bidbrain.history import Market, PriceSeries
-from policies.gavel.cluster import ClusterLayout
-from policies.gavel.scheduler import RoundPlan
-from scenarios.errors import InputError
-from scenarios.gavel_market_schema import GavelMarket
-from sim.spot.billing import BillingModel, billing_model, lifetime_bill
-from sim.spot.market import MarketReplay, check_coverage, series_from_table
-from traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
-from traces.spot_prices import load_bundled_or_path, select
+from clustertwin.policies.bidbrain.history import Market, PriceSeries
+from clustertwin.policies.gavel.cluster import ClusterLayout
+from clustertwin.policies.gavel.scheduler import RoundPlan
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.gavel_market_schema import GavelMarket
+from clustertwin.sim.spot.billing import BillingModel, billing_model, lifetime_bill
+from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table
+from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
+from clustertwin.traces.spot_prices import load_bundled_or_path, select
 
 if TYPE_CHECKING:
-    from sim.gavel import GavelSimulation
+    from clustertwin.sim.gavel.engine import GavelSimulation
 
 INF = math.inf
 SPOT_SUFFIX = ":spot"
@@ -152,7 +151,7 @@ class Worker:
 
 
 class MarketHook:
-    """What the Gavel simulator asks of the market each round (see :class:`sim.gavel.GavelSimulation`).
+    """What the Gavel simulator asks of the market each round (see :class:`sim.gavel.engine.GavelSimulation`).
 
     Scheduler types are the split layout's: index ``s`` is Gavel type ``base[s]``, spot iff ``spot[s]``.
     Scheduler GPU ids of type ``s`` are ``0 .. k·n − 1`` over its ``n`` usable workers in ``slots[s]``

@@ -1,8 +1,8 @@
 """The worker agent: one per server, it starts the jobs the scheduler places on its devices each round.
 
-``python -m runtime.agent --control HOST:PORT --agent ID --device cpu|cuda --slots K ...``
+``python -m clustertwin.runtime.gavel.agent --control HOST:PORT --agent ID --device cpu|cuda --slots K ...``
 
-Each round it reads its plan. A job placed afresh gets a new process (``runtime.job_main``; under torchrun
+Each round it reads its plan. A newly placed job gets a process (``runtime.gavel.job_main``; under torchrun
 when the job has several ranks, with ``CUDA_VISIBLE_DEVICES`` naming its GPUs on a cuda server, and with
 ``--cores`` on its slots' cores only: ``runtime.cores``); a job whose lease the scheduler renewed keeps
 the process it has, which already holds its next lease. The agent waits for every lease's report until
@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runtime.control import POLL_S, ControlPlane
-from runtime.cores import parse_slots, pin_child
-from runtime.training_env import training_env
+from clustertwin.runtime.cores import parse_slots, pin_child
+from clustertwin.runtime.gavel.control import POLL_S, ControlPlane
+from clustertwin.runtime.gavel.training_env import training_env
 
 RETIRE_S = 30.0  # how long a process told to stop may take to save and exit before it is killed
 
@@ -60,9 +60,9 @@ def job_command(job: dict[str, Any], device: str, slowdown: float, control: str)
     ]  # fmt: skip
     ranks = len(job["slots"])
     if ranks == 1:
-        return [sys.executable, "-m", "runtime.job_main", *args]
+        return [sys.executable, "-m", "clustertwin.runtime.gavel.job_main", *args]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
-    return [*launcher, "-m", "runtime.job_main", *args]
+    return [*launcher, "-m", "clustertwin.runtime.gavel.job_main", *args]
 
 
 class Worker:

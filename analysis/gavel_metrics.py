@@ -11,8 +11,7 @@ import math
 
 import numpy as np
 import pandas as pd
-
-from scenarios.results import RunResult
+from clustertwin.scenarios.results import RunResult
 
 
 def gavel_metrics(

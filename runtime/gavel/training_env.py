@@ -19,7 +19,7 @@ x86 cores take a microcode assist on every subnormal result, so such a job slows
 throughput would depend on its progress, which neither Gavel's throughput table (a function of job and
 worker type) nor a profile of its first few hundred steps can know. :func:`flush_subnormals` sets the
 thread's flush-to-zero and denormals-are-zero modes, as CPU training commonly does. It is process
-state, so the processes' entry points call it before their first operation (``runtime.job_main`` and
+state, so the processes' entry points call it before their first operation (``runtime.gavel.job_main`` and
 the profiler's background jobs), not the ``Trainer`` that tests also use in-process.
 """
 

@@ -1,4 +1,4 @@
-"""A job's training process: ``python -m runtime.job_main ...`` (torchrun-compatible).
+"""A job's training process: ``python -m clustertwin.runtime.gavel.job_main ...`` (torchrun-compatible).
 
 The worker agent starts this when a job is placed on its devices (through torchrun when the job has several
 ranks, with ``CUDA_VISIBLE_DEVICES`` naming its GPUs). Under torchrun the ranks join a process group (gloo
@@ -24,11 +24,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-from runtime.control import POLL_S, ControlPlane
-from runtime.lease import Lease, LeaseReport, Trainer
-from runtime.training_env import flush_subnormals
-from runtime.workloads import workload_for
+from clustertwin.runtime.gavel.control import POLL_S, ControlPlane
+from clustertwin.runtime.gavel.lease import Lease, LeaseReport, Trainer
+from clustertwin.runtime.gavel.training_env import flush_subnormals
+from clustertwin.runtime.workloads import workload_for
 
 
 def report_json(report: LeaseReport, saved: bool) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from clustertwin.scenarios.gavel_market_schema import MARKET_PATH_FIELDS, GavelMarket
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -24,8 +25,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from scenarios.gavel_market_schema import MARKET_PATH_FIELDS, GavelMarket
 
 # Throughput tables bundled with traces/; any other value of ``throughputs`` is a path to a JSON table.
 BUNDLED_THROUGHPUTS = ("simulation", "physical")

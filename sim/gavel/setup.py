@@ -8,18 +8,17 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-
-from policies.gavel.cluster import ClusterLayout
-from policies.gavel.scheduler import JobSpec
-from policies.registry import make_policy
-from scenarios.errors import InputError
-from scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
-from scenarios.results import RunResult
-from scenarios.schema import Scenario
-from sim.gavel import Colocation, GavelSimulation, MechanismConfig, Progress
-from sim.gavel_estimation import estimated_colocation
-from sim.gavel_market import SplitLayout, build_market, expand_columns
-from traces.gavel_throughputs import ThroughputTable
+from clustertwin.policies.gavel.cluster import ClusterLayout
+from clustertwin.policies.gavel.scheduler import JobSpec
+from clustertwin.policies.registry import make_policy
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.gavel_schema import Scenario
+from clustertwin.scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
+from clustertwin.scenarios.results import RunResult
+from clustertwin.sim.gavel.engine import Colocation, GavelSimulation, MechanismConfig, Progress
+from clustertwin.sim.gavel.estimation import estimated_colocation
+from clustertwin.sim.gavel.market import SplitLayout, build_market, expand_columns
+from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 
 def colocation_oracle(table: ThroughputTable, layout: ClusterLayout):

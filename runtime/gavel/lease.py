@@ -20,9 +20,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from clustertwin.runtime.workloads import Workload
 from torch import nn
-
-from runtime.workloads import Workload
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class LeaseReport:
     save_s: float
     # The lease's second half: the steps that began after half its seconds had passed, and their time.
     # Its rate is the process's steady one, free of the first steps' one-time costs: the profiler's
-    # throughput (``runtime.profile.measure``).
+    # throughput (``runtime.gavel.profile.measure``).
     window_steps: int = 0
     window_seconds: float = 0.0
 

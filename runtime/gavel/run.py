@@ -1,7 +1,7 @@
 """Gavel for real: the shared round scheduler driving real training jobs on wall-clock rounds.
 
 The decisions are the very ``policies.gavel.GavelScheduler`` the simulator drives; this module only keeps
-wall-clock time, starts one agent per server (``runtime.agent``), publishes each round's placements through
+wall-clock time, starts one agent per server (``runtime.gavel.agent``), publishes each round's placements via
 the control plane, and turns what the agents report into the same event tables the simulator writes.
 
 Leases are renewed as in Gavel (seed 001 §5.5): a job placed on the same workers as last round keeps its
@@ -29,17 +29,23 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from policies.gavel.cluster import ClusterLayout
-from policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, SchedulerConfig
-from policies.registry import make_policy
-from runtime.agent import die_with_parent
-from runtime.control import ControlPlane
-from runtime.cores import format_slots, slot_cores
-from scenarios.errors import InputError
-from scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, jobs_table, load_table, trace_jobs
-from scenarios.results import GAVEL_TABLES, RunResult
-from scenarios.schema import Scenario
+from clustertwin.policies.gavel.cluster import ClusterLayout
+from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, SchedulerConfig
+from clustertwin.policies.registry import make_policy
+from clustertwin.runtime.cores import format_slots, slot_cores
+from clustertwin.runtime.gavel.agent import die_with_parent
+from clustertwin.runtime.gavel.control import ControlPlane
+from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.gavel_schema import Scenario
+from clustertwin.scenarios.gavel_workload import (
+    GavelJob,
+    cluster_layout,
+    gavel_jobs,
+    jobs_table,
+    load_table,
+    trace_jobs,
+)
+from clustertwin.scenarios.results import GAVEL_TABLES, RunResult
 
 AGENT_START_S = 120.0
 ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"])
@@ -61,7 +67,13 @@ class Agent:
         self.process: subprocess.Popen | None = None
 
     def start(self, control: ControlPlane) -> None:
-        command = [sys.executable, "-m", "runtime.agent", "--control", f"{control.host}:{control.port}"]
+        command = [
+            sys.executable,
+            "-m",
+            "clustertwin.runtime.gavel.agent",
+            "--control",
+            f"{control.host}:{control.port}",
+        ]
         self.process = subprocess.Popen(
             [*command, "--agent", self.name, *self.args], preexec_fn=die_with_parent
         )

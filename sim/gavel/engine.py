@@ -19,14 +19,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import simpy
-
-from policies.gavel.cluster import ClusterLayout
-from policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, JobSpec, RoundPlan, SchedulerConfig
-from policies.registry import AllocationPolicy
-from scenarios.gavel_workload import GavelJob, jobs_table
+from clustertwin.policies.gavel.cluster import ClusterLayout
+from clustertwin.policies.gavel.scheduler import (
+    ONLINE_SMOOTHING,
+    GavelScheduler,
+    JobSpec,
+    RoundPlan,
+    SchedulerConfig,
+)
+from clustertwin.policies.registry import AllocationPolicy
+from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table
 
 if TYPE_CHECKING:
-    from sim.gavel_market import MarketHook
+    from clustertwin.sim.gavel.market import MarketHook
 
 Progress = Callable[[float, str], None]
 
@@ -63,7 +68,7 @@ class GavelSimulation:
         policy_throughputs: dict[int, np.ndarray] | None = None,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
-        believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``sim.gavel_market``)
+        believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``sim.gavel.market``)
         makes the cluster a cloud fleet whose workers come and go with spot prices (seed 001 §6).
         ``policy_throughputs`` (job id → throughput row) is what the policy starts from when it differs
         from the jobs' true throughputs; it then learns each job's rates from its rounds as the real

@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-
-from policies.gavel.estimator import ThroughputEstimator
-from policies.gavel.scheduler import JobSpec
-from traces.gavel_throughputs import ThroughputTable
+from clustertwin.policies.gavel.estimator import ThroughputEstimator
+from clustertwin.policies.gavel.scheduler import JobSpec
+from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 Colocation = Callable[[JobSpec, JobSpec], np.ndarray | None]
 

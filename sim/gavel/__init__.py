@@ -1,0 +1,1 @@
+"""Gavel on the simulator: job-level rounds, its cloud fleet and its estimator."""
