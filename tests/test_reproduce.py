@@ -73,6 +73,7 @@ def test_unknown_claim_set_is_an_input_error(capsys) -> None:
     assert "gavel" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_gavel_quick_claims(tmp_path: Path) -> None:
     """The quick Gavel reproduction (about two minutes on two cores): its exit status says whether every
     claim held; the heterogeneity-aware fairness and FIFO claims must hold. The static makespan claim
