@@ -1,8 +1,10 @@
 """A run's output folder: summary.json, one Parquet file per event table, and PNG plots.
 
-Writing is atomic. Everything is built in a hidden sibling folder and renamed into place at the end,
-so a crash at any point leaves either the previous result or nothing under the folder's name, never
-a half-written folder that looks complete.
+Writing is atomic. Everything, plots included, is built in a hidden sibling folder and renamed into place
+at the end, so a crash at any point leaves either the previous result or nothing under the folder's name,
+never a half-written folder that looks complete. Rerunning into a run folder replaces the run's own files
+(summary, tables, plots) and keeps whatever else a user put there (notes, reports, comparisons). Hidden
+folders that a killed write left beside the run are cleared by the next write of that run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -20,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.results import RunResult
 
@@ -42,11 +44,12 @@ def write_run(
     backend: str,
     result: RunResult,
     metrics: dict[str, float],
-    plots: bool = True,
+    plot: Callable[[Path], object] | None = None,
 ) -> Path:
     """Write a complete run folder at ``out_dir`` (replacing an earlier run there) and return it.
 
-    ``metrics`` must be flat: name -> number. NaN values are written as JSON null.
+    ``metrics`` must be flat: name -> number. NaN values are written as JSON null. ``plot(folder)`` draws
+    the kind's PNGs from the written tables before the folder is published.
     """
     bad = {k: v for k, v in metrics.items() if not isinstance(v, int | float | np.number)}
     if bad:
@@ -54,6 +57,7 @@ def write_run(
     out_dir = Path(out_dir).absolute()
     ensure_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _recover(out_dir)
     # Not tempfile.mkdtemp: its folder is private (0700) and would stay so after the rename.
     staging = out_dir.with_name(f".{out_dir.name}.writing-{os.getpid()}-{time.time_ns()}")
     staging.mkdir()
@@ -73,8 +77,8 @@ def write_run(
         }
         text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
         (staging / SUMMARY).write_text(text + "\n", encoding="utf-8")
-        if plots:
-            plot_run(staging)
+        if plot is not None:
+            plot(staging)
         _move_into_place(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -111,6 +115,11 @@ def ensure_replaceable(out_dir: Path) -> None:
         )
 
 
+def is_run_file(path: Path) -> bool:
+    """Whether ``path`` (inside a run folder) is one of the files a run writes."""
+    return path.name == SUMMARY or path.suffix in (".parquet", ".png")
+
+
 def _move_into_place(staging: Path, out_dir: Path) -> None:
     if not out_dir.exists():
         staging.rename(out_dir)
@@ -123,7 +132,43 @@ def _move_into_place(staging: Path, out_dir: Path) -> None:
     except BaseException:
         aside.rename(out_dir)
         raise
+    _keep_foreign(aside, out_dir)
+
+
+def _keep_foreign(aside: Path, out_dir: Path) -> None:
+    """Move what a user added to the old folder into the new run, then drop the old run's own files."""
+    for entry in aside.iterdir():
+        if not is_run_file(entry) and not (out_dir / entry.name).exists():
+            entry.rename(out_dir / entry.name)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def _recover(out_dir: Path) -> None:
+    """Clear what a killed write of ``out_dir`` left beside it.
+
+    A staging folder (``.NAME.writing-PID-…``) whose process is gone is half-written: removed. An old run
+    set aside (``.NAME.old-…``) is restored when the new run never arrived, and otherwise gives the new run
+    the user's files it still holds.
+    """
+    for staging in out_dir.parent.glob(f".{out_dir.name}.writing-*"):
+        pid = staging.name.rsplit(".writing-", 1)[1].split("-", 1)[0]
+        if not (pid.isdigit() and _alive(int(pid))):
+            shutil.rmtree(staging, ignore_errors=True)
+    for aside in sorted(out_dir.parent.glob(f".{out_dir.name}.old-*")):
+        if out_dir.exists():
+            _keep_foreign(aside, out_dir)
+        else:
+            aside.rename(out_dir)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _versions() -> dict[str, str]:

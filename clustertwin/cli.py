@@ -222,10 +222,8 @@ def _run(args: argparse.Namespace) -> int:
         backend=args.backend,
         result=result,
         metrics=metrics,
-        plots=False,
+        plot=None if args.no_plots else ops.plot,
     )
-    if ops.plot is not None and not args.no_plots:
-        ops.plot(folder)
     if partial.exists():  # the complete folder now holds everything the snapshots did
         shutil.rmtree(partial)
     if not args.quiet:

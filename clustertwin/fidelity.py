@@ -454,7 +454,6 @@ def _run_and_write(
         backend="real" if backend == "real" else "sim",
         result=result,
         metrics=metrics,
-        plots=False,
     )
     partial = folder.with_name(folder.name + ".partial")
     if partial.exists():  # the complete folder now holds everything the snapshots did

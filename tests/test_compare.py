@@ -36,7 +36,6 @@ def write(out: Path, result: RunResult, backend: str) -> Path:
         backend=backend,
         result=result,
         metrics=gavel_metrics(result, CLUSTER),
-        plots=False,
     )
 
 

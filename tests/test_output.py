@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from clustertwin.analysis import output as run_output
+from clustertwin.analysis import gavel_plots as plotting
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.analysis.output import read_run, write_run
@@ -120,7 +120,7 @@ def write(out: Path, plots: bool = False) -> Path:
         backend="sim",
         result=result,
         metrics=gavel_metrics(result, CLUSTER, PRICES),
-        plots=plots,
+        plot=(lambda folder: plotting.plot_run(folder)) if plots else None,
     )
 
 
@@ -145,9 +145,7 @@ def test_write_then_read_round_trips(tmp_path: Path) -> None:
 
 def test_nan_metrics_become_json_null(tmp_path: Path) -> None:
     result = small_result()
-    write_run(
-        tmp_path / "r", scenario={}, seed=0, backend="sim", result=result, metrics={"x": NAN}, plots=False
-    )
+    write_run(tmp_path / "r", scenario={}, seed=0, backend="sim", result=result, metrics={"x": NAN})
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["metrics"] == {"x": None}
 
 
@@ -164,7 +162,7 @@ def fail(*args: object, **kwargs: object) -> None:
 
 
 def test_crash_while_writing_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_output, "plot_run", fail)
+    monkeypatch.setattr(plotting, "plot_run", fail)
     with pytest.raises(RuntimeError):
         write(tmp_path / "run", plots=True)
     assert list(tmp_path.iterdir()) == []
@@ -173,7 +171,7 @@ def test_crash_while_writing_leaves_no_folder(tmp_path: Path, monkeypatch: pytes
 def test_crash_while_replacing_keeps_the_old_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = write(tmp_path / "run")
     before = (out / "summary.json").read_text()
-    monkeypatch.setattr(run_output, "plot_run", fail)
+    monkeypatch.setattr(plotting, "plot_run", fail)
     with pytest.raises(RuntimeError):
         write(out, plots=True)
     assert (out / "summary.json").read_text() == before
@@ -197,12 +195,47 @@ def test_failed_final_rename_restores_the_old_run(tmp_path: Path, monkeypatch: p
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
-def test_rewrite_replaces_the_whole_folder(tmp_path: Path) -> None:
-    out = write(tmp_path / "run")
-    (out / "marker").write_text("old")
+def test_rewrite_replaces_the_run_and_keeps_the_users_files(tmp_path: Path) -> None:
+    out = write(tmp_path / "run", plots=True)
+    (out / "notes.md").write_text("mine")
+    (out / "compare").mkdir()
+    (out / "compare" / "summary.json").write_text("{}")
+    (out / "jobs.parquet").write_bytes(b"stale")  # a run file: replaced
+    (out / "jct_cdf.png").write_bytes(b"stale")  # a plot of the old run: not carried over
     write(out)
-    assert not (out / "marker").exists()
-    assert (out / "summary.json").is_file()
+    assert (out / "notes.md").read_text() == "mine"
+    assert (out / "compare" / "summary.json").read_text() == "{}"
+    assert not (out / "jct_cdf.png").exists()
+    pd.read_parquet(out / "jobs.parquet")
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_plots_are_written_before_the_folder_is_published(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+
+    def plot(folder: Path) -> None:
+        assert folder.name.startswith(".run.writing-") and not (tmp_path / "run").exists()
+        seen.append(sorted(p.name for p in folder.iterdir()))
+        plotting.plot_run(folder)
+
+    out = write_run(
+        tmp_path / "run", scenario={}, seed=0, backend="sim", result=small_result(), metrics={}, plot=plot
+    )
+    assert seen == [["events.parquet", "jobs.parquet", "rounds.parquet", "summary.json"]]
+    assert (out / "jct_cdf.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_leftovers_of_a_killed_write_are_cleared_by_the_next(tmp_path: Path) -> None:
+    out = write(tmp_path / "run")
+    (out / "notes.md").write_text("mine")
+    dead = tmp_path / ".run.writing-999999999-1"  # no such process
+    dead.mkdir()
+    (dead / "summary.json").write_text("half")
+    # Killed between setting the old run aside and renaming the new one into place.
+    out.rename(tmp_path / ".run.old-1")
+    write(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert (out / "notes.md").read_text() == "mine"
 
 
 def test_refuses_to_replace_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
