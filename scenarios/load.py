@@ -36,6 +36,11 @@ def load_scenario(path: str | Path | None, overrides: Sequence[str] = ()) -> Any
         text = source.read_text(encoding="utf-8")
     except OSError as err:
         raise InputError(label, f"cannot read the scenario file: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        line = source.read_bytes()[: err.start].count(b"\n") + 1
+        raise InputError(
+            f"{label}:{line}", f"not UTF-8 text (byte 0x{err.object[err.start]:02x}); save the file as UTF-8"
+        ) from None
     data, lines = _parse(text, label)
 
     overridden: dict[FieldPath, str] = {}

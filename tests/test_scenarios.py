@@ -218,6 +218,12 @@ def test_unreadable_file_is_an_input_error(tmp_path: Path) -> None:
     assert "cannot read the scenario file" in error_of(tmp_path / "absent.yaml")
 
 
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: a\nkind: gavel\n# caf\u00e9\n".encode("latin-1"))
+    assert error_of(path) == f"{path}:3: not UTF-8 text (byte 0xe9); save the file as UTF-8"
+
+
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     assert "a scenario is a mapping of fields" in error_of(write(tmp_path, "- a\n- b\n"))
 
