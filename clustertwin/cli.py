@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
         help="smaller runs for CI (fewer seeds or jobs; each claim set says which)",
     )
     reproduce.add_argument("--out", type=Path, help="results folder (default: runs/reproduce-<name>[-quick])")
-    reproduce.add_argument("--workers", type=int, help="parallel simulations (default: CPU count)")
+    reproduce.add_argument("--workers", type=_positive_int, help="parallel simulations (default: CPU count)")
     reproduce.set_defaults(handler=_reproduce)
 
     compare = commands.add_parser(
@@ -169,6 +169,17 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("dir", type=Path, metavar="DIR", help="a run, sweep or comparison folder")
     report.set_defaults(handler=_report)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse exits 2 naming the option otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"need at least 1, got {value}")
+    return value
 
 
 def _add_overrides(command: argparse.ArgumentParser) -> None:

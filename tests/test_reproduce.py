@@ -87,3 +87,11 @@ def test_gavel_quick_claims(tmp_path: Path) -> None:
                   "fifo-continuous-single"):  # fmt: skip
         assert rows[claim]["holds"], rows[claim]
     assert rows["makespan-static"]["ours"] > 1.0  # the direction holds
+
+
+@pytest.mark.parametrize("workers", ["0", "-1", "two"])
+def test_workers_must_be_a_positive_number(workers: str, capsys) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["reproduce", "gavel", "--quick", "--workers", workers])
+    assert caught.value.code == 2
+    assert "--workers" in capsys.readouterr().err
