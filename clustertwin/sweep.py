@@ -21,6 +21,7 @@ the nodes (the bundled traces and throughput tables always do).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -221,6 +222,9 @@ def execute(runner: Runner, scenario: AnyScenario) -> dict[str, Any]:
     }
 
 
+_NEEDS_RAY = "needs Ray: pip install 'clustertwin[sweep]' (or 'ray[default]>=2.9')"
+
+
 def run_sweep(
     spec_path: str | Path,
     out: str | Path,
@@ -236,6 +240,8 @@ def run_sweep(
     out = Path(out)
     if workers is not None and workers < 1:
         raise InputError(f"--workers {workers}", "need at least 1 worker")
+    if importlib.util.find_spec("ray") is None:  # before anything is written
+        raise InputError("clustertwin sweep", _NEEDS_RAY)
     if address is not None:
         check_reachable(address)
     _prepare_out(out, plan)
@@ -275,12 +281,7 @@ def _run_on_ray(
     log: _Log,
     quiet: bool,
 ) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise InputError(
-            "clustertwin sweep", "needs Ray: pip install 'clustertwin[sweep]' (or 'ray[default]>=2.9')"
-        ) from None
+    import ray
 
     _init_ray(ray, address, workers)
     try:

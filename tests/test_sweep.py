@@ -3,6 +3,7 @@ to a local Ray or to a Ray cluster given by address. Grids are tiny (a 4-GPU clu
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import time
@@ -177,3 +178,14 @@ def test_crashed_run_is_recorded_and_rerun_resumes(tmp_path: Path) -> None:
     table = pd.read_parquet(out / "results.parquet")
     assert len(table) == 8 and set(table["status"]) == {"ok"}
     assert table.groupby("policy")["avg_jct_h"].count().to_dict() == {"agnostic": 4, "aware": 4}
+
+
+def test_without_ray_nothing_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a)
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_spec(tmp_path)), "--out", str(out)]) == 2
+    assert "needs Ray" in capsys.readouterr().err
+    assert not out.exists()
