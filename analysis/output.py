@@ -99,10 +99,22 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], RunResult]:
     return summary, RunResult(tables=tables, info=summary.get("run", {}))
 
 
+def ensure_writable(out_dir: Path) -> None:
+    """Refuse an output folder that cannot be created or written, before any work is done: the nearest
+    existing ancestor must be a writable folder."""
+    out_dir = Path(out_dir).absolute()
+    existing = next(p for p in (out_dir, *out_dir.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(str(existing), "the output path runs through a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(str(out_dir), f"cannot write here: {existing} is not writable")
+
+
 def ensure_replaceable(out_dir: Path) -> None:
-    """Refuse an output folder that holds something other than an earlier run, since writing a
-    run replaces the whole folder. Call it before a long run to fail before the work."""
+    """Refuse an output folder that cannot be written or holds something other than an earlier run, since
+    writing a run replaces the run's files there. Call it before a long run to fail before the work."""
     out_dir = Path(out_dir)
+    ensure_writable(out_dir.absolute().parent)  # replacing the folder renames it within its parent
     if not out_dir.exists():
         return
     if not out_dir.is_dir():

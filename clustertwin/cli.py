@@ -8,6 +8,7 @@ runs, so quick commands such as ``validate`` do not pay for pandas, matplotlib o
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import shutil
 import sys
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from clustertwin.runtime.gavel.profile import ProfileRow
 
 EXIT_INPUT = 2
+# Errors that mean a path given by the user is unusable (exit 2, as other bad input); other OSErrors
+# (a full disk, say) are failures of the run (exit 1).
+_LOCATION_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOENT}
 EXIT_INTERRUPTED = 130
 
 
@@ -45,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunFailure as err:  # a process of a real run died: its message names it, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # a location given on the command line that cannot be read or written
+        where = err.filename if err.filename is not None else "clustertwin"
+        print(f"error: {where}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_INPUT if err.errno in _LOCATION_ERRORS else 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -212,3 +212,20 @@ def test_spot_real_has_no_simulate_only_run(capsys) -> None:
     status = main(["run", "scenarios/spot-real-cpu.yaml", "--out", "/nonexistent/never-written"])
     assert status == 2
     assert "field kind" in capsys.readouterr().err
+
+
+def test_an_unusable_output_location_exits_2_before_running(
+    fake_sim: FakeSim, tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "run"
+    assert main(["run", scenario_file(tmp_path), "--out", str(out)]) == 2
+    assert "runs through a file" in capsys.readouterr().err
+    assert fake_sim.calls == []
+
+
+def test_an_os_error_on_a_given_path_is_a_message_not_a_traceback(tmp_path: Path, capsys) -> None:
+    (tmp_path / "file").write_text("x")
+    assert main(["report", str(tmp_path / "file" / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err

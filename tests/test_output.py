@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from clustertwin.analysis import gavel_plots as plotting
+from clustertwin.analysis import output as run_output
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.analysis.output import read_run, write_run
@@ -257,3 +258,16 @@ def test_plot_and_read_refuse_a_folder_without_a_run(tmp_path: Path) -> None:
         plot_run(tmp_path)
     with pytest.raises(InputError, match="not a clustertwin run folder"):
         read_run(tmp_path)
+
+
+def test_an_output_path_through_a_file_is_refused_before_writing(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="runs through a file"):
+        run_output.ensure_replaceable(tmp_path / "file" / "sub" / "run")
+
+
+def test_an_unwritable_output_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As root every permission check passes, so the refusal is shown through os.access itself.
+    monkeypatch.setattr(run_output.os, "access", lambda path, mode: Path(path) != tmp_path)
+    with pytest.raises(InputError, match="is not writable"):
+        run_output.ensure_replaceable(tmp_path / "runs" / "x")
