@@ -107,8 +107,8 @@ def save_and_print(name: str, quick: bool, out: Path, seeds: list[int], rows: li
     print_rows(rows, f"{name} claims (seeds {seeds}){' (quick)' if quick else ''}")
     if any(r.ok is not None and not r.gate for r in rows):
         print(
-            "(not gating): paper claim outside the issue's list; reported with its reason in "
-            f"docs/{name}.md, it does not decide the exit status"
+            "(not gating): paper claim outside the gating set; reported with its reason in "
+            f"docs/algorithms/{name}.md, it does not decide the exit status"
         )
     print(f"results: {out / 'claims.json'}")
     return 0 if all(r.ok is not False for r in rows if r.gate) else 1

@@ -300,7 +300,7 @@ def choice_rows() -> list[Row]:
             same = config == published
         text = f"{label}, {cluster}, {convention}: our plan {config} ({ms:.1f} ms/input predicted)"
         if reason:
-            text += f"; differs because {reason} (docs/pipedream.md)"
+            text += f"; differs because {reason} (docs/algorithms/pipedream.md)"
         rows.append(
             Row(
                 f"choice-{cid}",

@@ -19,15 +19,15 @@ Tolerances are fixed before looking at our numbers: a range claim holds when our
 paper's range widened by 5 percentage points on each side. Every finished run's metrics are cached as
 ``<out>/runs/<key>.json``, so an interrupted reproduction resumes.
 
-Which rows decide the exit status (``gate``): the paper's cost and runtime *magnitudes* were measured on
-the 2016 auction market, whose bidding spikes and refunded hours produced them; no 2016 trace is public
-and the 2020 prices we replay do not have that behaviour (docs/proteus.md, "Why our numbers differ"). Those
-rows are printed beside the paper's values with that reason but do not gate. What must hold on any of
-the markets the issue names (the real prices and the synthetic trace fitted to them) gates: the order of
-the four schemes' costs, Proteus finishing before Standard+Checkpoint, the just-above scheme costing more,
-and the AgileML stage slowdowns of Figs. 11-14 except stage 1 at 32:32, which our bandwidth model (no
-communication/computation overlap) misses and reports. The what-if market is our own a-priori spike model:
-reported only. Exit status 1 when any gating claim fails.
+Which rows decide the exit status (``gate``): the paper's cost and runtime *magnitudes* were measured on the
+2016 auction market, whose bidding spikes and refunded hours produced them; no 2016 trace is public and the
+2020 prices we replay do not have that behaviour (docs/algorithms/proteus.md, "Why ours differ"). Those rows
+are printed beside the paper's values with that reason but do not gate. What must hold on the two markets we
+have (the real prices and the synthetic trace fitted to them) gates: the order of the four schemes' costs,
+Proteus finishing before Standard+Checkpoint, the just-above scheme costing more, and the AgileML stage
+slowdowns of Figs. 11-14 except stage 1 at 32:32, which our bandwidth model (no communication/computation
+overlap) misses and reports. The what-if market is our own a-priori spike model: reported only. Exit status 1
+when any gating claim fails.
 """
 
 from __future__ import annotations
@@ -61,12 +61,13 @@ MARKETS: dict[str, tuple[str, ...]] = {
 }
 JOB_HOURS = (2.0, 20.0)
 WIDEN = 0.05
-GATED_MARKETS = ("real", "synthetic")  # the issue's two markets; "what-if" is ours, reported only
+GATED_MARKETS = ("real", "synthetic")  # the real and the fitted market; "what-if" is ours, reported only
 # Why a row is reported rather than gating; printed as footnotes under the table.
 NOT_GATING = {
-    "†": "a magnitude of the paper's 2016 auction market, which is not available (docs/proteus.md)",
-    "‡": "our what-if market (a-priori spikes), not one the issue names",
-    "§": "our NIC model has no communication/computation overlap (docs/proteus.md, reason 6)",
+    "†": "a magnitude of the paper's 2016 auction market, which is not available "
+    "(docs/algorithms/proteus.md)",
+    "‡": "our what-if market (a-priori spikes), not a measured or fitted one",
+    "§": "our NIC model has no communication/computation overlap (docs/algorithms/proteus.md, reason 6)",
 }
 
 

@@ -6,7 +6,7 @@ Runs scenarios under ``scenarios/psld/`` (seed-averaged throughput; each finishe
 before our numbers were looked at: an ordering claim ("PSLD > strawman > baseline") is checked as a ratio
 above 1; a stated range ("beats the straggling baseline by 39%-286%") is checked as that range; an
 "up to X" value over configurations the text does not list is reported, not checked. Rows with
-``accept=None`` are reported only. docs/psld.md explains every difference.
+``accept=None`` are reported only. docs/algorithms/psld.md explains every difference.
 
 Which rows decide the exit status (``Row.gate``): exactly the claims the project's issue lists. The
 default assignments' shape (Tables 1-2: ResNet-101's size in our catalogue, TensorFlow's and MXNet's
@@ -16,8 +16,8 @@ AlexNet, ResNet-50 and VGG-16 with VGG-16 gaining most, the speedup growing with
 the recovered PSs empty) and Fig. 19a's epsilon sensitivity (epsilon > 0.1 hurts). Every other paper
 claim (Fig. 11's gain magnitudes, Figs. 12-13 "PSLD performs steadily", Fig. 14's PSLD / strawman, Fig. 18's
 PSLD / strawman after recovery, Fig. 17's scale-out, Fig. 20's pause) is checked and printed beside them,
-marked "(not gating)", with its reason in docs/psld.md, but does not decide the exit status. Exit status
-1 when any gating claim fails.
+marked "(not gating)", with its reason in docs/algorithms/psld.md, but does not decide the exit
+status. Exit status 1 when any gating claim fails.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ Writes to DIR (5 files): ``graph.txt`` (the profile in PipeDream's format), ``pr
 (per-layer extras, the chunk cross-check, link probes, settings), ``results.csv`` (ours, real vs
 simulated, one row per GPU count and schedule), ``baseline.csv`` (ours vs
 torch.distributed.pipelining), ``results.json`` (everything, for ``report``), and ``ops.csv`` (the op
-table of one timed run). ``report`` prints the markdown tables of docs/pipedream.md, "Real runs on
-GPUs". ``resimulate`` recomputes the simulated columns of DIR's run from its saved profile with the
+table of one timed run). ``report`` prints the markdown tables of docs/algorithms/pipedream.md,
+"Fidelity". ``resimulate`` recomputes the simulated columns of DIR's run from its saved profile with the
 current simulator (no GPU) and writes ``results.json``, ``results.csv`` and ``report.md`` (plus copies
 of the other files) to NEW.
 """

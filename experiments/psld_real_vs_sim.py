@@ -1,4 +1,4 @@
-"""PSLD for real on this host's CPUs next to the calibrated simulator (docs/psld.md, "Real runs (CPU)").
+"""PSLD for real on this host's CPUs next to the calibrated simulator (docs/algorithms/psld.md).
 
 Run: ``python -m experiments.psld_real_vs_sim [--out DIR]`` (from the repository root; ~2 min on 2 cores).
 

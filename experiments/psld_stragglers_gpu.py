@@ -1,6 +1,6 @@
 """Fig. 14 for real: does PSLD's speedup over MXNet's default grow with the number of 1 Gbit/s PSs?
 (issue 5, must-show 1's Figs. 12–14 claim, tested on the real runtime; seed 002 §6.2, Fig. 14;
-docs/psld.md, "Fig. 14 for real").
+docs/algorithms/psld.md, "Fidelity").
 
     python -m experiments.psld_stragglers_gpu run --out DIR [--device cuda|cpu] [--tiny] [--k 1 2 4]
     python -m experiments.psld_stragglers_gpu report --from DIR

@@ -4,7 +4,7 @@ Unpinned, the OS moves the single-thread CPU jobs between cores as it likes (and
 put two of them on the siblings of one physical core). Pinned, every slot has cores of its own for the
 whole run, and the profile measures each pair on the very cores the run gives it (both hand out cores
 with :func:`slot_cores`). That matters on the GPU host, whose vCPUs differ in speed by core and over time
-(docs/gavel-real.md, "Ninth session").
+(docs/algorithms/gavel.md, "Fidelity").
 
 The cores are handed out in :func:`core_order`: one logical CPU per physical core first, then their SMT
 siblings, so that siblings are shared only when the slots outnumber the physical cores. Physical cores

@@ -52,7 +52,7 @@ class PSCosts(_Strict):
     timing_noise: NonNegativeFloat = 0.2  # lognormal sigma of each block timing sample (RPC jitter)
     # None: the model's per-layer profile, each layer's blocks pushed as its backward pass ends. A value:
     # every worker computes this long, then pushes every block at once, as the real runtime's workers
-    # do (a calibration sets it from a profiling run's measured compute; docs/psld.md).
+    # do (a calibration sets it from a profiling run's measured compute; docs/algorithms/psld.md).
     worker_compute_s: NonNegativeFloat | None = None
 
 

@@ -104,9 +104,9 @@ def test_flexrr_beats_bsp_under_slow_workers():
 
 
 def test_busy_log_accounts_for_every_processed_item():
-    """``simulate()``'s busy log (the timelines behind docs/flexrr.md's idle breakdown): per worker the
-    stretches of processing do not overlap, each takes the time its straggler profile gives, and their
-    items are exactly the committed items plus the wasted ones, kind by kind."""
+    """``simulate()``'s busy log (the timelines behind docs/algorithms/flexrr.md's idle breakdown): per
+    worker the stretches of processing do not overlap, each takes the time its straggler profile gives,
+    and their items are exactly the committed items plus the wasted ones, kind by kind."""
     from clustertwin.sim.flexrr import simulate
 
     s = small("mode=flexrr", "stragglers.delay=4.0", "stragglers.probability=0.05")

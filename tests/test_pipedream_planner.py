@@ -72,7 +72,7 @@ def test_vgg16_replicates_the_first_stage_15_1():
     # 16 workers over 10 Gbps (1.25 GB/s), the arXiv (parameter-server) convention: the convolutional
     # layers (small weights, much compute) are replicated 15 ways, the fully connected layers
     # (~500 MB of weights) get one worker. The dissertation's max-form on the 4x4 hierarchy gives
-    # 12-3-1 (docs/pipedream.md explains the difference).
+    # 12-3-1 (docs/algorithms/pipedream.md explains the difference).
     plan = plan_partition(*args("vgg16", 64), [Level(16, 1.25e9)], "arxiv")
     assert plan.config == "15-1"
     hier = plan_partition(*args("vgg16", 64), [Level(4, 10e9), Level(4, 1.25e9)])

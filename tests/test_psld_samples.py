@@ -1,6 +1,6 @@
 """What a real run's timing samples mean to PSLD's scheduler, and the calibration's link rate.
 
-The first GPU run (docs/psld.md, "Real runs (GPU)") timed every block from its push to its own pull.
+The first GPU run (CHANGELOG.md, "Real runs on GPUs") timed every block from its push to its own pull.
 That counts the wait behind every block the same PS served before it, so a loaded PS looked slow and an
 empty one fast, and the scheduler moved the whole model from PS to PS every few reports, three times
 onto the throttled PS. ``dequeued`` below (the second and third GPU runs' sample, since replaced in
@@ -57,7 +57,7 @@ def dequeued(
     *Why it replaced the time from push issue:* that counts every block of the same PS served before
     it, so it grows with the PS's load and not with the block's bytes. Pred(r, s) = alpha s + beta
     fitted on that makes a PS look slow because it is loaded and fast because it is empty; the first GPU
-    run (docs/psld.md, "Real runs (GPU)") moved the whole model between PSs every few reports, three
+    run (CHANGELOG.md, "Real runs on GPUs") moved the whole model between PSs every few reports, three
     times onto the throttled PS, which held only exploration blocks when it was measured. *Why it was
     replaced in turn:* a PS's first block still waited for the slowest worker's push, a later block
     held one pull's latency instead of a push's and a pull's, and a link-bound PS's block took one

@@ -77,8 +77,8 @@ def test_unknown_claim_set_is_an_input_error(capsys) -> None:
 def test_gavel_quick_claims(tmp_path: Path) -> None:
     """The quick Gavel reproduction (about two minutes on two cores): its exit status says whether every
     claim held; the heterogeneity-aware fairness and FIFO claims must hold. The static makespan claim
-    does not reproduce (ours is above the paper's band; docs/gavel.md explains), so it is reported, not
-    required."""
+    does not reproduce (ours is above the paper's band; docs/algorithms/gavel.md explains), so it is
+    reported, not required."""
     out = tmp_path / "gavel"
     code = main(["reproduce", "gavel", "--quick", "--out", str(out)])
     rows = {row["id"]: row for row in json.loads((out / "claims.json").read_text())["claims"]}

@@ -66,7 +66,7 @@ def test_only_gating_rows_decide_the_exit_status(tmp_path: Path, capsys, rows: l
     printed = capsys.readouterr().out
     marked = any(r.ok is not None and not r.gate for r in rows)
     assert ("(not gating)" in printed) == marked
-    assert ("docs/toy.md" in printed) == marked
+    assert ("docs/algorithms/toy.md" in printed) == marked
 
 
 def test_row_gates_by_default() -> None:

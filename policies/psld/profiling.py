@@ -7,15 +7,15 @@ we fit one least-squares line per (server, worker) and take the mean over worker
 predictions as Pred_mean(r, s) and their standard error of the mean as Pred_SEM(r, s). The bounds of
 Algorithm 1 are Pred_mean -/+ z * Pred_SEM with z = 1.645 (footnote 4, a two-sided 90% interval).
 
-A (server, worker) pair whose samples all have one size cannot separate alpha from beta; it is fitted
-through the origin (beta = 0), i.e. all of its time is charged per byte. So is a pair whose least-squares
-slope comes out negative (ours; the paper does not say): its samples show no per-byte cost above their
-noise, typically a PS holding only a few small exploration blocks, whose times are all latency. Reading
-that as alpha = 0 would extrapolate the small blocks' time to any load, and on the GPU testbed it made the
-scheduler pick the 1 Gbit/s PS as the only superior PS and move the whole model onto it (docs/psld.md,
-"Fifth GPU runs"). No link moves bytes for free, so the line through the origin, which charges the time
-per byte and overestimates the PS's time at a larger load, is the conservative reading; exploration keeps
-sending the PS blocks, and larger ones restore a proper fit.
+A (server, worker) pair whose samples all have one size cannot separate alpha from beta; it is fitted through
+the origin (beta = 0), i.e. all of its time is charged per byte. So is a pair whose least-squares slope comes
+out negative (ours; the paper does not say): its samples show no per-byte cost above their noise, typically a
+PS holding only a few small exploration blocks, whose times are all latency. Reading that as alpha = 0 would
+extrapolate the small blocks' time to any load, and on the GPU testbed it made the scheduler pick the 1 Gbit/s
+PS as the only superior PS and move the whole model onto it (docs/algorithms/psld.md, "Modelling choices"). No
+link moves bytes for free, so the line through the origin, which charges the time per byte and overestimates
+the PS's time at a larger load, is the conservative reading; exploration keeps sending the PS blocks, and
+larger ones restore a proper fit.
 """
 
 from __future__ import annotations

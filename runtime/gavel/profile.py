@@ -19,7 +19,7 @@ a process's one-time costs fall inside. The difference of the two leases' traini
 (:func:`steady_step_s`) is the answer for a lease bounded by steps or a second half of fewer than
 ``_MIN_WINDOW_STEPS`` steps, and is written beside it (``two_lease_step_s``). It assumes the two
 processes pay equal one-time costs. On the H100 host, with 8-s leases, the two agreed within 4% on
-every pair (docs/gavel-real.md, "Eighth session"); on a 2-core VM loaded by other work, with 2-s leases,
+every pair (docs/algorithms/gavel.md, "Fidelity"); on a 2-core VM loaded by other work, with 2-s leases,
 the difference put ResNet-18 on a worker slowed 2x at 26.9 steps/s, faster than the unslowed worker's
 11.5, where the window does not depend on how the two processes' start-ups compare.
 
@@ -32,8 +32,8 @@ the first steps' one-time costs, and exit. A lease of n steps thus takes
 With ``repeats`` > 1 each pair gets that many measured leases, each a process of its own resuming where
 the last one saved, and its median. One 8-s lease is one draw from a distribution: in the GPU host's
 real runs a pair's 60-s rounds ran at 0.86-1.13x of their median, and a profile's single leases were
-off what the run then reached by about 30% on one or two pairs per profile (docs/gavel-real.md,
-"Eighth session").
+off what the run then reached by about 30% on one or two pairs per profile (docs/algorithms/gavel.md,
+"Fidelity").
 
 The results are written as a throughput CSV that :meth:`ThroughputTable.from_csv` reads (a scenario
 uses it by naming it in ``throughputs:``) and an overhead CSV beside it, whose ``mode`` column says how

@@ -1,5 +1,5 @@
 """Calibrate the PSLD simulator from a real profiling run (DESIGN.md: "the runtime measures what the
-simulator needs"; docs/psld.md, "Calibration").
+simulator needs"; docs/algorithms/psld.md, "Calibration").
 
 The profiling run is the real job without its straggler, on PSLD's initial round-robin layout, with the
 scheduler told never to act. Every simulator parameter set here is a measurement with a physical meaning;
@@ -40,8 +40,8 @@ nothing is fitted to make a throughput come out right:
   (the sigma of a lognormal factor on every sample). It is measured and recorded, but the simulator is
   given ``costs.timing_noise=0``: its factor is independent per sample, while most of the real scatter
   is shared by one worker's blocks on one PS in one iteration, and independent noise of the measured
-  size made the simulated scheduler reassign 4-18 times where the real one did 1-2 (docs/psld.md,
-  "Timing noise, measured"). Without it the simulated scheduler made the real runs' decision, and the
+  size made the simulated scheduler reassign 4-18 times where the real one did 1-2 (docs/algorithms/psld.md,
+  "Calibration"). Without it the simulated scheduler made the real runs' decision, and the
   scenario's default (0.2, not a measurement) no longer decides what the calibrated simulation does.
 
 What is not calibrated: a straggler's value is the same number in both backends.
@@ -252,7 +252,8 @@ def timing_noise(
     The simulator draws its factor independently for every sample; the real scatter is not independent
     (on the 4-H100 runs most of it is shared by one worker's blocks on one PS in one iteration: about
     0.2 of the 0.39-0.48 is left per sample around that shared part), so this sigma gives the simulated
-    scheduler the right spread per sample, not the right correlation (docs/psld.md, "Timing noise")."""
+    scheduler the right spread per sample, not the right correlation (docs/algorithms/psld.md,
+    "Calibration")."""
     w = np.asarray(workers, dtype=int)
     y = np.asarray(seconds, dtype=float)
     position = np.zeros(len(w), dtype=int)  # the sample's index in its worker's sequence

@@ -575,7 +575,7 @@ def shaped(
     slowest worker's push, 10-30 ms in the third GPU run) and every later one from the previous pull (the
     "de-queued" sample, about 0.8 ms of latency on a loaded PS). The line fitted to that differed from the
     simulator's, and in the third GPU run it made the real PSLD's first decision differ from its
-    calibrated simulation's (docs/psld.md, "Real runs (GPU)")."""
+    calibrated simulation's (docs/algorithms/psld.md, "Real runtime")."""
     first: dict[int, float] = {}
     for b in blocks:
         first.setdefault(owners[b.id], issued[b.id])

@@ -1,6 +1,6 @@
 """``runtime.spot.run_real``: a ``kind: spot_real`` scenario on real processes, with the simulator's
-prediction of the same schedule, as one :class:`RunResult` (seed 003 §1.6 and §6.3; see docs/proteus.md,
-"Real runtime")."""
+prediction of the same schedule, as one :class:`RunResult` (seed 003 §1.6 and §6.3; see
+docs/algorithms/proteus.md, "Real runtime")."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ the last one arriving; includes waiting for the shards to apply).
 
 ``simulate(scenario)`` returns the engine's log too (gate openings, the PS's applied iterations and
 reads, and with ``record_messages`` every worker's stretches of processing, ``log.busy``), for tests that
-check the SSP bound against the shards and for timelines (docs/flexrr.md's idle breakdown).
+check the SSP bound against the shards and for timelines (docs/algorithms/flexrr.md's idle breakdown).
 """
 
 from __future__ import annotations
