@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
+from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from clustertwin.scenarios.price_fields import BUNDLED_TRACE_NAMES, iso_text, on_demand_table, price_trace
+from clustertwin.scenarios.registry_fields import registered
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -115,16 +117,19 @@ class SpotScenario(ScenarioBase):
     kind: Literal["spot"]
     market: MarketSpec = MarketSpec()
     job: Job = Job()
-    # bidbrain (Proteus) | standard (cheapest, bid on demand) | just_above (cheapest, bid price + $0.0001)
-    # | on_demand (the reference cluster, all on demand)
-    policy: Literal["bidbrain", "standard", "just_above", "on_demand"] = "bidbrain"
-    fault_tolerance: Literal["agileml", "checkpoint"] = "agileml"
+    # a name of policies.spot.ACQUISITION: bidbrain (Proteus) | standard (cheapest, bid on demand) |
+    # just_above (cheapest, bid price + $0.0001) | on_demand (the reference cluster, all on demand)
+    policy: str = "bidbrain"
+    fault_tolerance: str = "agileml"  # a name of policies.spot.FAULT_TOLERANCE: agileml | checkpoint
     billing: Billing = Billing()
     bidbrain: BidBrainSpec = BidBrainSpec()
     agileml: AgileMLSpec = AgileMLSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
     provisioning: Provisioning = Provisioning()
     max_runtime_h: PositiveFloat = 720.0
+
+    _policy_known = field_validator("policy")(registered(ACQUISITION))
+    _fault_tolerance_known = field_validator("fault_tolerance")(registered(FAULT_TOLERANCE))
 
     @model_validator(mode="after")
     def _consistent(self) -> SpotScenario:
