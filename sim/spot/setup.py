@@ -10,16 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from clustertwin.policies.agileml import StageThresholds
 from clustertwin.policies.bidbrain import BidBrainParams, CostParams, EvictionTable, estimate_eviction_table
-from clustertwin.policies.spot import (
-    ACQUISITION,
-    FAULT_TOLERANCE,
-    AcquisitionInputs,
-    AcquisitionPolicy,
-    FaultTolerance,
-    FaultToleranceSettings,
-)
+from clustertwin.policies.spot import ACQUISITION, AcquisitionInputs, AcquisitionPolicy, FaultTolerance
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import to_frame
@@ -164,32 +156,21 @@ def policies(scenario: SpotScenario, table: pd.DataFrame) -> tuple[AcquisitionPo
         ),
         eviction_table=lambda: eviction_table(scenario, table),
     )
-    settings = fault_tolerance_settings(
-        scenario, reliable_count=a.reliable_count, poll_s=a.poll_s, checkpoint_interval_s=c.interval_s
+    fault_tolerance = scenario.fault_tolerance_scheme(
+        reliable_count=a.reliable_count, poll_s=a.poll_s, checkpoint_interval_s=c.interval_s
     )
-    return ACQUISITION.get(scenario.policy)(inputs), FAULT_TOLERANCE.get(scenario.fault_tolerance)(settings)
-
-
-def fault_tolerance_settings(
-    scenario: SpotScenario, *, reliable_count: int, poll_s: float, checkpoint_interval_s: float
-) -> FaultToleranceSettings:
-    """The scheme's settings: the stage thresholds and the costs of an eviction come from the scenario's
-    ``agileml`` and ``checkpoint`` sections; the machines and the timing from the caller."""
-    a, c = scenario.agileml, scenario.checkpoint
-    return FaultToleranceSettings(
-        thresholds=StageThresholds(a.stage2_above, a.stage3_above),
-        reliable_count=reliable_count,
-        poll_s=poll_s,
-        consistent_lag_s=a.consistent_lag_s,
-        eviction_stall_s=a.eviction_stall_s,
-        checkpoint_interval_s=checkpoint_interval_s,
-        checkpoint_overhead=c.overhead,
-        restart_s=c.restart_s,
-    )
+    return ACQUISITION.get(scenario.policy)(inputs), fault_tolerance
 
 
 def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, pd.Timestamp]:
     """The engine's inputs for a scenario."""
+    if scenario.real is not None:
+        raise InputError(
+            f"{scenario.source}: field real",
+            "real describes a real run (processes and an eviction schedule), which a market simulation"
+            " cannot honour; its simulator prediction is made by --backend real (it is anchored on the"
+            " run's measured step rate). Remove real to simulate the market",
+        )
     spec = scenario.market
     od = _load_on_demand(spec.on_demand)
     named = [
