@@ -27,12 +27,12 @@ SMALL = [
 ]
 
 
-def load_spot_real_scenario(overrides: list[str]):
+def _real_scenario(overrides: list[str]):
     return load_scenario(REAL_SPOT_SCENARIO, overrides)
 
 
 def _agileml(tmp: Path):
-    scenario = load_spot_real_scenario(
+    scenario = _real_scenario(
         [
             *SMALL,
             "real.duration_s=6",
@@ -95,7 +95,7 @@ def test_rollback_goes_back_only_to_the_last_backup_push(agileml_run) -> None:
 
 
 def test_checkpoint_restart_loses_exactly_the_progress_since_its_checkpoint(tmp_path: Path) -> None:
-    scenario = load_spot_real_scenario(
+    scenario = _real_scenario(
         [
             *SMALL,
             "fault_tolerance=checkpoint",
@@ -146,7 +146,7 @@ def test_checkpoint_restart_loses_exactly_the_progress_since_its_checkpoint(tmp_
 )
 def test_bad_input_names_the_field(overrides: list[str], field: str) -> None:
     with pytest.raises(InputError) as err:
-        load_spot_real_scenario(overrides)
+        _real_scenario(overrides)
     assert field in str(err.value)
 
 
@@ -162,24 +162,24 @@ def test_bad_input_names_the_field(overrides: list[str], field: str) -> None:
 def test_a_real_run_refuses_what_it_cannot_honour_by_name(overrides: list[str], field: str) -> None:
     from clustertwin.runtime.spot.run import check_real
 
-    scenario = load_spot_real_scenario(overrides)
+    scenario = _real_scenario(overrides)
     with pytest.raises(InputError, match=field):
         check_real(scenario, cores=64)
-    check_real(load_spot_real_scenario(["fault_tolerance=checkpoint", "agileml.stage3_above=7"]), cores=64)
+    check_real(_real_scenario(["fault_tolerance=checkpoint", "agileml.stage3_above=7"]), cores=64)
 
 
 def test_a_simulation_refuses_the_real_section() -> None:
     from clustertwin.sim import run_scenario
 
     with pytest.raises(InputError, match="field real"):
-        run_scenario(load_spot_real_scenario([]))
+        run_scenario(_real_scenario([]))
 
 
 def test_trace_replay_evicts_when_the_price_passes_the_bid() -> None:
     from clustertwin.runtime.spot.driver import schedule
 
     bids = "[1.06, 1.1, 1.3, 1.3, 1.3, 1.3]"
-    scenario = load_spot_real_scenario(
+    scenario = _real_scenario(
         [
             "real.evictions=[]",
             f"real.trace={{bids: {bids}, real_s_per_trace_h: 1.0, start: '2020-02-20T00:00:00'}}",
@@ -191,4 +191,4 @@ def test_trace_replay_evicts_when_the_price_passes_the_bid() -> None:
         0 < e.warn_s < e.kill_s < scenario.real.duration_s for e in events
     )
     with pytest.raises(InputError, match=r"real.trace.bids\[0\]"):
-        schedule(load_spot_real_scenario(["real.evictions=[]", "real.trace={bids: [0.01, 2, 2, 2, 2, 2]}"]))
+        schedule(_real_scenario(["real.evictions=[]", "real.trace={bids: [0.01, 2, 2, 2, 2, 2]}"]))

@@ -57,7 +57,6 @@ class FaultTolerance:
     ``checkpoints``: whether the job writes checkpoints (the real runtime's switch).
     """
 
-    name = "none"
     partitioned = False
     checkpoints = False
 

@@ -20,7 +20,6 @@ from clustertwin.policies.spot.fault_tolerance import FAULT_TOLERANCE, EvictionC
 class AgileML(FaultTolerance):
     """AgileML: tiered reliability, three stages by the transient:reliable ratio (Proteus §3)"""
 
-    name = "agileml"
     partitioned = True
 
     @property
@@ -56,7 +55,6 @@ class AgileML(FaultTolerance):
 class Checkpoint(FaultTolerance):
     """Checkpoint/restart: a traditional PS that checkpoints every interval (Proteus §6.3)"""
 
-    name = "checkpoint"
     checkpoints = True
 
     def work_fraction(self) -> float:
