@@ -83,3 +83,34 @@ def test_checkpoint_pays_its_overhead_and_loses_the_work_since_the_last_checkpoi
     assert ckpt.reliable_count == 0 and ckpt.checkpoints and ckpt.checkpoint_every_s() == 1800.0
     cost = ckpt.eviction_cost(0, 120.0, 0.0, 1e9)
     assert (cost.recovery, cost.lost, cost.stall_s) == ("checkpoint_rollback", "since_checkpoint", 60.0)
+
+
+def test_a_registered_policy_runs_in_the_simulator_without_touching_it() -> None:
+    from clustertwin.policies.bidbrain import SpotRequest
+    from clustertwin.policies.spot import AcquisitionPolicy, Decision
+    from clustertwin.sim.spot import run
+    from clustertwin.sim.spot.setup import market_table
+
+    class FirstMarketOnDemandBid(AcquisitionPolicy):
+        """Everything in the first market, bidding on demand"""
+
+        def decide(self, point: DecisionPoint) -> Decision:
+            deficit = point.target_rate - point.held_rate
+            view = point.markets[0]
+            if deficit <= 0:
+                return Decision()
+            count = math.ceil(deficit / view.work_rate)
+            return Decision(requests=(SpotRequest(view.market, count, view.on_demand_price),))
+
+    ACQUISITION.register("first_market")(FirstMarketOnDemandBid)
+    try:
+        scenario = load_scenario(DEFAULT_SPOT_SCENARIO, ["policy=first_market", "fault_tolerance=checkpoint"])
+        result = run(scenario)
+    finally:
+        ACQUISITION.unregister("first_market")
+    table = market_table(scenario)
+    first = min(zip(table["instance_type"], table["zone"], strict=True))
+    acquired = result.tables["acquisitions"]
+    assert len(acquired) > 0 and not acquired["on_demand"].any()
+    assert set(zip(acquired["instance_type"], acquired["zone"], strict=True)) == {first}
+    assert result.info["completed"] == 1
