@@ -222,6 +222,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.backend == "real":
         from clustertwin.runtime import run_scenario
+
+        run_scenario = ops.run_real or run_scenario
     else:
         from clustertwin.sim import run_scenario
 

@@ -352,14 +352,17 @@ def _run_case(case: Case, case_dir: Path, step: ProgressCallback, from_dir: Path
 
 
 def _run_with_prediction(case: Case, case_dir: Path, step: ProgressCallback) -> dict[str, Any]:
-    """A real run whose own tables carry the simulator's prediction of it (``kind: spot_real``: the
-    prediction is anchored on the measured step rate, so it cannot run first): metric ``m`` is compared
-    with ``predicted_m`` of the same summary."""
+    """A real run whose own tables carry the simulator's prediction of it (``kind: spot`` with a
+    ``real:`` section: the prediction is anchored on the measured step rate, so it cannot run first):
+    metric ``m`` is compared with ``predicted_m`` of the same summary."""
     from clustertwin import runtime
     from clustertwin.analysis.compare import relative_error
+    from clustertwin.kinds import ops_for
+
+    run_for_real = ops_for(case.kind).run_real or runtime.run_scenario
 
     def real_run(scenario: AnyScenario, progress: ProgressCallback) -> Any:
-        return runtime.run_scenario(scenario, progress=progress)
+        return run_for_real(scenario, progress=progress)
 
     metrics = _run_and_write(case, case_dir / "real", "real", real_run, step)
     missing = [m for m in case.metrics if m not in metrics or f"predicted_{m}" not in metrics]

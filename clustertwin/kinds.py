@@ -22,6 +22,9 @@ class KindOps:
     metrics: Metrics
     plot: Callable[[Path], list[Path]] | None  # re-creates a run folder's PNGs
     has_real: bool  # whether --backend real exists for this kind
+    # The kind's real run when it is more than ``runtime.run_scenario``: spot's is the runtime's run, then
+    # the simulator's prediction of it (``analysis.spot_prediction``; the runtime never imports the sim).
+    run_real: Callable[..., RunResult] | None = None
 
 
 def ops_for(kind: str) -> KindOps:
@@ -53,16 +56,23 @@ def ops_for(kind: str) -> KindOps:
         )
     if kind == "spot":
         from clustertwin.analysis.spot_metrics import spot_metrics
+        from clustertwin.analysis.spot_prediction import run_real
+        from clustertwin.scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
         from clustertwin.scenarios.spot_results import check_spot_tables
 
-        return KindOps(check_spot_tables, lambda _, r: spot_metrics(r), None, has_real=False)
+        def real(result: RunResult) -> bool:
+            return result.info.get("backend") == "real"
+
+        def check_tables(result: RunResult) -> None:
+            (check_spot_real_tables if real(result) else check_spot_tables)(result)
+
+        def metrics(_: Any, result: RunResult) -> dict[str, float]:
+            return spot_real_metrics(result) if real(result) else spot_metrics(result)
+
+        return KindOps(check_tables, metrics, None, has_real=True, run_real=run_real)
     if kind == "psld":
         from clustertwin.analysis.psld_metrics import psld_metrics
         from clustertwin.scenarios.psld_results import check_psld_tables
 
         return KindOps(check_psld_tables, lambda _, r: psld_metrics(r), None, has_real=True)
-    if kind == "spot_real":
-        from clustertwin.scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
-
-        return KindOps(check_spot_real_tables, lambda _, r: spot_real_metrics(r), None, has_real=True)
     raise KeyError(f"no command-line support for scenario kind {kind!r}")

@@ -45,7 +45,7 @@ def run_scenario(
         from clustertwin.runtime.psld.run import run_real as run_psld
 
         return run_psld(scenario, workdir, progress)
-    if scenario.kind == "spot_real":
+    if scenario.kind == "spot":
         import tempfile
 
         from clustertwin.runtime.spot import run_real as run_spot

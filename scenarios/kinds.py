@@ -2,8 +2,8 @@
 
 A scenario file names its kind; the loader validates it against that kind's model. Each kind is one
 grain of the simulator (DESIGN.md "Fidelity levels"): Gavel at job level, FlexRR at iteration/message
-level, spot markets at instance level, PipeDream at op level. ``spot_real`` is the Proteus runtime twin: a
-real run whose tables also hold the simulator's prediction of it (``runtime/spot``).
+level, spot markets at instance level (and, with a ``real:`` section, the Proteus runtime twin), PipeDream at
+op level.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ from clustertwin.scenarios.flexrr_schema import FLEXRR_PATH_FIELDS, FlexRRScenar
 from clustertwin.scenarios.gavel_schema import PATH_FIELDS, Scenario
 from clustertwin.scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
 from clustertwin.scenarios.psld_schema import PSLDScenario
-from clustertwin.scenarios.spot_real_schema import SPOT_REAL_PATH_FIELDS, SpotRealScenario
 from clustertwin.scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
 from pydantic import BaseModel
 
-AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario | PSLDScenario | SpotRealScenario
+AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario | PSLDScenario
 
 KINDS: dict[str, tuple[type[BaseModel], dict[str, tuple[str, ...]]]] = {
     "gavel": (Scenario, PATH_FIELDS),
@@ -24,5 +23,4 @@ KINDS: dict[str, tuple[type[BaseModel], dict[str, tuple[str, ...]]]] = {
     "pipedream": (PipeDreamScenario, PIPEDREAM_PATH_FIELDS),
     "spot": (SpotScenario, SPOT_PATH_FIELDS),
     "psld": (PSLDScenario, {}),
-    "spot_real": (SpotRealScenario, SPOT_REAL_PATH_FIELDS),
 }

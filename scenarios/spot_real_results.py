@@ -1,4 +1,6 @@
-"""Column contract of a real spot run's tables (``runtime.spot.run_real``; ``kind: spot_real``).
+"""Column contract of a real spot run's tables (``kind: spot`` with ``--backend real``): what the runtime
+measures (``runtime.spot.run_real``, :data:`RUN_TABLES`) and the simulator's prediction of the same
+schedule that the analysis adds (``analysis/spot_prediction.py``, :data:`SPOT_REAL_TABLES`).
 
 Times are real seconds from the job's start (every process ready). A *clock* is one global SGD step;
 "clocks done" counts the clocks of the run's final lineage (what survived roll-backs and restarts).
@@ -16,10 +18,11 @@ Times are real seconds from the job's start (every process ready). A *clock* is 
   ``lost_clocks``, ``iter_s`` (median iteration before), ``blip_s`` (the longest iteration gap around
   the event minus the normal one), ``recover_s`` (kill → the front is regained; 0 if it never dropped),
   ``restart_s`` (checkpoint: kill → the new processes are ready), and the simulator's prediction
-  (``pred_*``, ``runtime/spot/predict.py``).
+  (``pred_*``, added by the prediction).
 * ``checkpoints`` — each requested checkpoint: clock, request and completion times (NaN: abandoned).
 * ``epochs`` — every configuration the controller published (stage, workers, partition servers).
-* ``prediction`` — the simulator's predicted clocks-done curve for the same schedule.
+* ``prediction`` — the simulator's predicted clocks-done curve for the same schedule (added by the
+  prediction).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import pandas as pd
 from clustertwin.scenarios.results import RunResult, check_contract, contract_frame
 
-SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
+RUN_TABLES: dict[str, dict[str, str]] = {
     "iterations": {
         "phase": "int64",
         "gen": "int64",
@@ -64,10 +67,6 @@ SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
         "blip_s": "float64",
         "recover_s": "float64",
         "restart_s": "float64",
-        "pred_recovery": "str",
-        "pred_stall_s": "float64",
-        "pred_lost_clocks": "float64",
-        "pred_recover_s": "float64",
     },
     "checkpoints": {"phase": "int64", "clock": "int64", "requested_s": "float64", "done_s": "float64"},
     "epochs": {
@@ -79,6 +78,18 @@ SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
         "servers": "str",
         "stop": "bool",
     },
+}
+
+PREDICTED_EVICTION_COLUMNS = {
+    "pred_recovery": "str",
+    "pred_stall_s": "float64",
+    "pred_lost_clocks": "float64",
+    "pred_recover_s": "float64",
+}
+
+SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
+    **RUN_TABLES,
+    "evictions": {**RUN_TABLES["evictions"], **PREDICTED_EVICTION_COLUMNS},
     "prediction": {
         "time_s": "float64",
         "clock": "float64",
@@ -90,13 +101,18 @@ SPOT_REAL_TABLES: dict[str, dict[str, str]] = {
 
 
 def to_frame(name: str, rows: list[dict]) -> pd.DataFrame:
-    """Rows of table ``name`` with exactly the contract's columns and dtypes."""
+    """Rows of table ``name`` with exactly the contract's columns and dtypes (the prediction's included)."""
     return contract_frame(SPOT_REAL_TABLES[name], rows)
 
 
+def run_frame(name: str, rows: list[dict]) -> pd.DataFrame:
+    """Rows of the runtime's table ``name`` (:data:`RUN_TABLES`), before the prediction is added."""
+    return contract_frame(RUN_TABLES[name], rows)
+
+
 def check_spot_real_tables(result: RunResult) -> None:
-    """Check a real spot run's tables against :data:`SPOT_REAL_TABLES`."""
-    check_contract(result, SPOT_REAL_TABLES, "spot_real")
+    """Check a real spot run's tables, its prediction's included, against :data:`SPOT_REAL_TABLES`."""
+    check_contract(result, SPOT_REAL_TABLES, "real spot")
 
 
 def spot_real_metrics(result: RunResult) -> dict[str, float]:

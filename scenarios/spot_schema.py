@@ -1,4 +1,10 @@
-"""The ``kind: spot`` scenario: a training job acquiring spot/on-demand machines from a replayed market.
+"""The ``kind: spot`` scenario: a training job acquiring spot/on-demand machines from a replayed market
+(``--backend sim``), or, with a ``real:`` section, AgileML on real processes with real evictions
+(``--backend real``, ``scenarios/spot_real_section.py``).
+
+The two backends share ``fault_tolerance``, the AgileML stage thresholds and the simulator's costs of an
+eviction (the real run's prediction uses them); the rest of each side is its own, and a backend refuses,
+by name, a section it cannot honour (:meth:`SpotScenario.sim_only_fields`, and ``real`` in a simulation).
 
 Validated like every scenario (unknown fields are errors; strict types) and loaded by
 ``scenarios.load.load_scenario``.
@@ -9,9 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
+from clustertwin.policies.agileml import StageThresholds
+from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, FaultTolerance, FaultToleranceSettings
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from clustertwin.scenarios.price_fields import BUNDLED_TRACE_NAMES, iso_text, on_demand_table, price_trace
+from clustertwin.scenarios.registry_fields import registered
+from clustertwin.scenarios.spot_real_section import RealRun
 from pydantic import (
+    BaseModel,
     Field,
     NonNegativeFloat,
     PositiveFloat,
@@ -26,6 +37,23 @@ DEFAULT_SPOT_SCENARIO = Path(__file__).with_name("spot-default.yaml")
 SPOT_PATH_FIELDS: dict[str, tuple[str, ...]] = {
     "market.trace": BUNDLED_TRACE_NAMES,
     "market.on_demand": ("bundled",),
+    "real.trace.file": BUNDLED_TRACE_NAMES,
+}
+
+# What a real run honours besides ``real:`` (the rest describes a market the real run does not replay).
+_SHARED_FIELDS = {
+    "name",
+    "kind",
+    "seed",
+    "description",
+    "fault_tolerance",
+    "real",
+    "agileml.stage2_above",
+    "agileml.stage3_above",
+    "agileml.consistent_lag_s",
+    "agileml.eviction_stall_s",
+    "checkpoint.overhead",
+    "checkpoint.restart_s",
 }
 
 
@@ -115,16 +143,20 @@ class SpotScenario(ScenarioBase):
     kind: Literal["spot"]
     market: MarketSpec = MarketSpec()
     job: Job = Job()
-    # bidbrain (Proteus) | standard (cheapest, bid on demand) | just_above (cheapest, bid price + $0.0001)
-    # | on_demand (the reference cluster, all on demand)
-    policy: Literal["bidbrain", "standard", "just_above", "on_demand"] = "bidbrain"
-    fault_tolerance: Literal["agileml", "checkpoint"] = "agileml"
+    # a name of policies.spot.ACQUISITION: bidbrain (Proteus) | standard (cheapest, bid on demand) |
+    # just_above (cheapest, bid price + $0.0001) | on_demand (the reference cluster, all on demand)
+    policy: str = "bidbrain"
+    fault_tolerance: str = "agileml"  # a name of policies.spot.FAULT_TOLERANCE: agileml | checkpoint
     billing: Billing = Billing()
     bidbrain: BidBrainSpec = BidBrainSpec()
     agileml: AgileMLSpec = AgileMLSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
     provisioning: Provisioning = Provisioning()
     max_runtime_h: PositiveFloat = 720.0
+    real: RealRun | None = None  # the real run (--backend real); a simulation refuses it
+
+    _policy_known = field_validator("policy")(registered(ACQUISITION))
+    _fault_tolerance_known = field_validator("fault_tolerance")(registered(FAULT_TOLERANCE))
 
     @model_validator(mode="after")
     def _consistent(self) -> SpotScenario:
@@ -134,3 +166,33 @@ class SpotScenario(ScenarioBase):
                 "use standard or on_demand"
             )
         return self
+
+    def fault_tolerance_scheme(
+        self, *, reliable_count: int, poll_s: float, checkpoint_interval_s: float
+    ) -> FaultTolerance:
+        """The registered scheme ``fault_tolerance`` names. Its stage thresholds and the costs of an
+        eviction come from the ``agileml`` and ``checkpoint`` sections; the machines and the timing, which
+        differ between a simulated market and a real run, from the caller."""
+        a, c = self.agileml, self.checkpoint
+        settings = FaultToleranceSettings(
+            thresholds=StageThresholds(a.stage2_above, a.stage3_above),
+            reliable_count=reliable_count,
+            poll_s=poll_s,
+            consistent_lag_s=a.consistent_lag_s,
+            eviction_stall_s=a.eviction_stall_s,
+            checkpoint_interval_s=checkpoint_interval_s,
+            checkpoint_overhead=c.overhead,
+            restart_s=c.restart_s,
+        )
+        return FAULT_TOLERANCE.get(self.fault_tolerance)(settings)
+
+    def sim_only_fields(self) -> list[str]:
+        """The fields given in the file (or by --set) that only a simulation honours, dotted."""
+        given = []
+        for name in sorted(self.model_fields_set):
+            value = getattr(self, name)
+            if isinstance(value, BaseModel):
+                given += [f"{name}.{sub}" for sub in sorted(value.model_fields_set)]
+            else:
+                given.append(name)
+        return [f for f in given if f not in _SHARED_FIELDS and f.split(".")[0] not in _SHARED_FIELDS]

@@ -30,12 +30,4 @@ def run_scenario(scenario: AnyScenario, progress: Callable[[float, str], None] |
         from clustertwin.sim import psld
 
         return psld.run(scenario, progress)
-    if scenario.kind == "spot_real":
-        from clustertwin.scenarios.errors import InputError
-
-        raise InputError(
-            f"{scenario.source}: field kind",
-            "kind spot_real is a real run (its tables hold the simulator's prediction of it, anchored on"
-            " the measured step rate); use --backend real, or kind: spot to simulate a market",
-        )
     raise NotImplementedError(f"no simulator for scenario kind {scenario.kind!r} yet")

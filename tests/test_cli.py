@@ -206,12 +206,12 @@ def test_a_pipeline_that_does_not_fit_exits_2_naming_device_and_bytes(tmp_path: 
     assert not out.exists()
 
 
-def test_spot_real_has_no_simulate_only_run(capsys) -> None:
-    # kind spot_real is a real run whose tables carry the simulator's prediction; `run` without
-    # --backend real must say so rather than simulate something else.
+def test_a_spot_real_section_is_not_simulated(capsys) -> None:
+    # A spot scenario's real: section is a real run whose tables carry the simulator's prediction; `run`
+    # without --backend real must refuse it by name rather than simulate something else.
     status = main(["run", "scenarios/spot-real-cpu.yaml", "--out", "/nonexistent/never-written"])
     assert status == 2
-    assert "field kind" in capsys.readouterr().err
+    assert "field real" in capsys.readouterr().err
 
 
 def test_an_unusable_output_location_exits_2_before_running(

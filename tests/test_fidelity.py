@@ -143,11 +143,12 @@ def test_gpu_suite_reads_an_existing_experiment_folder(tmp_path: Path, capsys) -
 
 def test_bundled_suite_lists_the_cases() -> None:
     cpu = fidelity.load_suite(fidelity.SUITE, "cpu")
-    assert {c.kind for c in cpu} == {"gavel", "flexrr", "psld", "pipedream", "spot_real"}
+    assert {c.kind for c in cpu} == {"gavel", "flexrr", "psld", "pipedream", "spot"}
     assert len({c.name for c in cpu}) == len(cpu)
     (pipedream,) = [c for c in cpu if c.kind == "pipedream"]
     assert pipedream.runner == "experiment" and pipedream.args == ("--device", "cpu", "--gpus", "2")
-    assert {c.runner for c in cpu if c.kind == "spot_real"} == {"prediction"}
+    assert {c.runner for c in cpu if c.kind == "spot"} == {"prediction"}
+    assert all(c.scenario.real is not None for c in cpu if c.kind == "spot")
     assert [c.scenario.mode for c in cpu if c.kind == "flexrr"] == ["bsp", "flexrr"]
     assert [c.scenario.policy for c in cpu if c.kind == "psld"] == ["mxnet", "psld"]
     gpu = {c.name: c for c in fidelity.load_suite(fidelity.SUITE, "gpu")}

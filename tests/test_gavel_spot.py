@@ -16,6 +16,7 @@ import pytest
 from clustertwin.analysis.gavel_market import market_metrics
 from clustertwin.policies.bidbrain import PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
+from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionInputs, FaultToleranceSettings
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import check_tables
@@ -150,8 +151,8 @@ def test_closed_form_bill_matches_the_spot_engine(steps, scheme, acquisition) ->
     od = {"p3.2xlarge": OD_V100}
     series = {MARKET: _series(steps)}
     cfg = SpotConfig(
-        acquisition=acquisition,
-        fault_tolerance="checkpoint",
+        acquisition=ACQUISITION.get(acquisition)(AcquisitionInputs()),
+        fault_tolerance=FAULT_TOLERANCE.get("checkpoint")(FaultToleranceSettings()),
         billing=billing_model(scheme),
         total_work=8.0 * 4,
         target_rate=8.0 * 2,
@@ -159,12 +160,12 @@ def test_closed_form_bill_matches_the_spot_engine(steps, scheme, acquisition) ->
         on_demand_prices=od,
         work_rates={"p3.2xlarge": 8.0},
         reliable_type="p3.2xlarge",
-        reliable_count=0,
+        reference_type="p3.2xlarge",
         perf=DEFAULT_PERF,
         max_runtime_s=30 * 3600.0,
     )
     replay = MarketReplay(series)
-    sim = SpotSim(cfg, replay, [MARKET], np.random.default_rng(0), None)
+    sim = SpotSim(cfg, replay, [MARKET], np.random.default_rng(0))
     sim.run()
     bills = pd.DataFrame(sim.books.bills, columns=["alloc_id", "amount_usd"])
     paid = bills.groupby("alloc_id")["amount_usd"].sum()

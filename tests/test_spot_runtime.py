@@ -14,29 +14,33 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clustertwin.runtime.spot import run_real
+from clustertwin.analysis.spot_prediction import run_real
 from clustertwin.scenarios.errors import InputError
+from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
-from clustertwin.scenarios.spot_real_schema import load_spot_real_scenario
+from clustertwin.scenarios.spot_real_section import REAL_SPOT_SCENARIO
 
 SMALL = [
-    "processes={reliable: 1, transient: 3}",
-    "job={features: 32, classes: 4, examples: 1024, batch: 128, lr: 0.5, step_s: 0.03}",
-    "agileml.backup_every=4",
+    "real.processes={reliable: 1, transient: 3}",
+    "real.job={features: 32, classes: 4, examples: 1024, batch: 128, lr: 0.5, step_s: 0.03}",
+    "real.agileml.backup_every=4",
 ]
 
 
+def _real_scenario(overrides: list[str]):
+    return load_scenario(REAL_SPOT_SCENARIO, overrides)
+
+
 def _agileml(tmp: Path):
-    scenario = load_spot_real_scenario(
-        None,
+    scenario = _real_scenario(
         [
             *SMALL,
-            "duration_s=6",
-            "evictions=[{at_s: 2.5, processes: [t0], warning_s: 0},"
+            "real.duration_s=6",
+            "real.evictions=[{at_s: 2.5, processes: [t0], warning_s: 0},"
             " {at_s: 4.5, processes: [t1], warning_s: 1.0}]",
         ],
     )
-    return run_real(scenario, tmp)
+    return run_real(scenario, workdir=tmp)
 
 
 @pytest.fixture(scope="module")
@@ -91,19 +95,18 @@ def test_rollback_goes_back_only_to_the_last_backup_push(agileml_run) -> None:
 
 
 def test_checkpoint_restart_loses_exactly_the_progress_since_its_checkpoint(tmp_path: Path) -> None:
-    scenario = load_spot_real_scenario(
-        None,
+    scenario = _real_scenario(
         [
             *SMALL,
             "fault_tolerance=checkpoint",
             # Long enough after the kill (5 s) to redo the lost clocks even on a loaded 2-core machine: at
             # 6 s a CI run ended before the front clock was regained, and recover_s had nothing to measure.
-            "duration_s=9",
-            "checkpoint.interval_s=1.5",
-            "evictions=[{at_s: 4.0, processes: [t0, t1], warning_s: 1.0}]",
+            "real.duration_s=9",
+            "real.checkpoint.interval_s=1.5",
+            "real.evictions=[{at_s: 4.0, processes: [t0, t1], warning_s: 1.0}]",
         ],
     )
-    result = run_real(scenario, tmp_path)
+    result = run_real(scenario, workdir=tmp_path)
     check_spot_real_tables(result)
     ev = result.tables["evictions"].iloc[0]
     ck = result.tables["checkpoints"]
@@ -126,31 +129,66 @@ def test_checkpoint_restart_loses_exactly_the_progress_since_its_checkpoint(tmp_
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
-        (["evictions=[{at_s: 3, processes: [t9]}]"], "evictions[0].processes"),
-        (["evictions=[{at_s: 3, processes: [r0]}]"], "evictions[0].processes"),
-        (["duration_s=10", "evictions=[{at_s: 3, processes: [t0], warning_s: 5}]"], "evictions[0].warning_s"),
-        (["duration_s=10", "evictions=[{at_s: 12, processes: [t0]}]"], "evictions[0].at_s"),
-        (["evictions=[{at_s: 3, processes: [t0]}, {at_s: 5, processes: [t0]}]"], "evictions[1].processes"),
-        (["evictions=[]", "trace={bids: [1.0]}"], "trace.bids"),
-        (["processes.reliable=0"], "processes.reliable"),
+        (["real.evictions=[{at_s: 3, processes: [t9]}]"], "evictions[0].processes"),
+        (["real.evictions=[{at_s: 3, processes: [r0]}]"], "evictions[0].processes"),
+        (
+            ["real.duration_s=10", "real.evictions=[{at_s: 3, processes: [t0], warning_s: 5}]"],
+            "evictions[0].warning_s",
+        ),
+        (["real.duration_s=10", "real.evictions=[{at_s: 12, processes: [t0]}]"], "evictions[0].at_s"),
+        (
+            ["real.evictions=[{at_s: 3, processes: [t0]}, {at_s: 5, processes: [t0]}]"],
+            "evictions[1].processes",
+        ),
+        (["real.evictions=[]", "real.trace={bids: [1.0]}"], "trace.bids"),
+        (["real.processes.reliable=0"], "real.processes.reliable"),
     ],
 )
 def test_bad_input_names_the_field(overrides: list[str], field: str) -> None:
     with pytest.raises(InputError) as err:
-        load_spot_real_scenario(None, overrides)
+        _real_scenario(overrides)
     assert field in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["policy=bidbrain"], "field policy"),
+        (["market.zones=[us-east-1a]", "billing.model=per_second"], "field billing.model"),
+        (["agileml.reliable_count=4"], "field agileml.reliable_count"),
+        (["real=null"], "field real"),
+    ],
+)
+def test_a_real_run_refuses_what_it_cannot_honour_by_name(overrides: list[str], field: str) -> None:
+    from clustertwin.runtime.spot.run import check_real
+
+    scenario = _real_scenario(overrides)
+    with pytest.raises(InputError, match=field):
+        check_real(scenario, cores=64)
+    check_real(_real_scenario(["fault_tolerance=checkpoint", "agileml.stage3_above=7"]), cores=64)
+
+
+def test_a_simulation_refuses_the_real_section() -> None:
+    from clustertwin.sim import run_scenario
+
+    with pytest.raises(InputError, match="field real"):
+        run_scenario(_real_scenario([]))
 
 
 def test_trace_replay_evicts_when_the_price_passes_the_bid() -> None:
     from clustertwin.runtime.spot.driver import schedule
 
     bids = "[1.06, 1.1, 1.3, 1.3, 1.3, 1.3]"
-    scenario = load_spot_real_scenario(
-        None,
-        ["evictions=[]", f"trace={{bids: {bids}, real_s_per_trace_h: 1.0, start: '2020-02-20T00:00:00'}}"],
+    scenario = _real_scenario(
+        [
+            "real.evictions=[]",
+            f"real.trace={{bids: {bids}, real_s_per_trace_h: 1.0, start: '2020-02-20T00:00:00'}}",
+        ],
     )
     events = schedule(scenario)
     assert events and all(e.warning_s == 2.0 for e in events)
-    assert "t0" in events[0].processes and all(0 < e.warn_s < e.kill_s < scenario.duration_s for e in events)
-    with pytest.raises(InputError, match=r"trace.bids\[0\]"):
-        schedule(load_spot_real_scenario(None, ["evictions=[]", "trace={bids: [0.01, 2, 2, 2, 2, 2]}"]))
+    assert "t0" in events[0].processes and all(
+        0 < e.warn_s < e.kill_s < scenario.real.duration_s for e in events
+    )
+    with pytest.raises(InputError, match=r"real.trace.bids\[0\]"):
+        schedule(_real_scenario(["real.evictions=[]", "real.trace={bids: [0.01, 2, 2, 2, 2, 2]}"]))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 from clustertwin.analysis.spot_metrics import spot_metrics
-from clustertwin.policies.bidbrain import BidBrain, BidBrainParams, PriceSeries, estimate_eviction_table
+from clustertwin.policies.bidbrain import BidBrainParams, PriceSeries, estimate_eviction_table
+from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionInputs, FaultToleranceSettings
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import check_spot_tables, to_frame
@@ -42,9 +44,15 @@ def _series(steps: list[tuple[float, float]], od: float) -> PriceSeries:
 def _simulate(acq, ft, billing, pa, pb, hours, seed=0, warning_s=None) -> tuple[SpotSim, RunResult]:
     series = {A: _series(pa, OD["p2.xlarge"]), B: _series(pb, OD["p3.2xlarge"])}
     ref = 8 * NU["p2.xlarge"]
+    inputs = AcquisitionInputs(bidbrain=BidBrainParams(counts=(1, 4, 16)))
+    if acq == "bidbrain":
+        table = estimate_eviction_table(series, (-86400.0, 0.0), deltas=(0.001, 0.05, 0.4), step_s=600.0)
+        inputs = replace(inputs, eviction_table=lambda: table)
     cfg = SpotConfig(
-        acquisition=acq,
-        fault_tolerance=ft,
+        acquisition=ACQUISITION.get(acq)(inputs),
+        fault_tolerance=FAULT_TOLERANCE.get(ft)(
+            FaultToleranceSettings(reliable_count=1, checkpoint_interval_s=1200.0)
+        ),
         billing=billing_model(billing, warning_s),
         total_work=ref * hours,
         target_rate=ref,
@@ -52,17 +60,12 @@ def _simulate(acq, ft, billing, pa, pb, hours, seed=0, warning_s=None) -> tuple[
         on_demand_prices=OD,
         work_rates=NU,
         reliable_type="p2.xlarge",
-        reliable_count=1 if ft == "agileml" and acq != "on_demand" else 0,
-        checkpoint_interval_s=1200.0,
+        reference_type="p2.xlarge",
         perf=DEFAULT_PERF,
         preemption_rate_per_s=1 / 3600.0,
         max_runtime_s=40 * 3600.0,
     )
-    brain = None
-    if acq == "bidbrain":
-        table = estimate_eviction_table(series, (-86400.0, 0.0), deltas=(0.001, 0.05, 0.4), step_s=600.0)
-        brain = BidBrain(table, BidBrainParams(counts=(1, 4, 16)))
-    sim = SpotSim(cfg, MarketReplay(series), [A, B], np.random.default_rng(seed), brain)
+    sim = SpotSim(cfg, MarketReplay(series), [A, B], np.random.default_rng(seed))
     sim.run()
     books = sim.books
     tables = {
@@ -119,7 +122,7 @@ def test_invariants_under_random_markets(config, pa, pb, hours) -> None:
     assert (acq_t["ended_s"] <= sim.env.now + 1e-9).all()
 
     # Capacity is never exceeded: at every request, what is held or pending stays within the cap.
-    cap = sim.cfg.max_rate if acq == "bidbrain" else sim.cfg.target_rate + sim.cfg.reliable_count * 4.0
+    cap = sim.cfg.max_rate if acq == "bidbrain" else sim.cfg.target_rate + sim.ft.reliable_count * 4.0
     nu = acq_t["count"] * acq_t["instance_type"].map(NU)
     for t in acq_t["requested_s"]:
         held = nu[(acq_t["requested_s"] <= t) & (acq_t["ended_s"] > t)].sum()

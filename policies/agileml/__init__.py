@@ -14,7 +14,12 @@ from clustertwin.policies.agileml.partitions import (
     plan_evictions,
 )
 from clustertwin.policies.agileml.recovery import RecoveryPlan, plan_recovery
-from clustertwin.policies.agileml.stages import StageThresholds, choose_stage, workers_on_reliable
+from clustertwin.policies.agileml.stages import (
+    StageThresholds,
+    choose_stage,
+    has_active_ps,
+    workers_on_reliable,
+)
 
 __all__ = [
     "Migration",
@@ -24,6 +29,7 @@ __all__ = [
     "active_ps_target",
     "choose_active_ps_hosts",
     "choose_stage",
+    "has_active_ps",
     "num_partitions",
     "plan_evictions",
     "plan_recovery",

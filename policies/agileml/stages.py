@@ -39,3 +39,9 @@ def choose_stage(
 def workers_on_reliable(stage: int) -> bool:
     """Whether reliable machines run workers in ``stage`` (not in stage 3)."""
     return stage != 3
+
+
+def has_active_ps(stage: int | None) -> bool:
+    """Whether ``stage`` runs ActivePSs on transient machines (stages 2 and 3; in stage 1 the BackupPSs on
+    the reliable machines serve as ParamServs and transient machines hold no state)."""
+    return stage in (2, 3)

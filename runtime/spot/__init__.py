@@ -1,6 +1,8 @@
 """AgileML (Proteus, seed 003) on real processes: an elastic parameter-server MLR job over a c10d store,
 with reliable and transient processes, real evictions (warning, then SIGKILL), end-of-life flush and
-partition migration or online roll-back, and the checkpoint/restart baseline. Entry: :func:`run_real`.
+partition migration or online roll-back, and the checkpoint/restart baseline. Entry: :func:`run_real`
+(the ``real:`` section of a ``kind: spot`` scenario; ``analysis.spot_prediction`` adds the simulator's
+prediction of the same schedule).
 """
 
 from __future__ import annotations

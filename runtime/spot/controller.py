@@ -2,11 +2,13 @@
 
 It runs in the launcher, next to the c10d store it hosts, so it outlives every training process (the
 paper: the EC is not replicated and may be restarted; here it is never evicted). Every decision is a
-call into ``policies.agileml`` — stage by ratio, N fixed partitions, ActivePS hosts (half of the
-machines, longest-running transient first), migration plans on eviction, flush-or-roll-back — and
-this module only turns them into an :class:`Epoch`: who works on which share of the global batch, and
-which process serves and which backs up each partition. Checkpoint mode is a traditional PS instead
-(partitions round-robin over the live processes, no backups), the Standard+Checkpoint baseline.
+call into the fault-tolerance scheme (``policies.spot.FAULT_TOLERANCE``: stage by ratio, whether
+ActivePSs exist, whether the reliable processes work) and ``policies.agileml`` (N fixed partitions,
+ActivePS hosts — half of the machines, longest-running transient first — and migration plans on
+eviction), and this module only turns them into an :class:`Epoch`: who works on which share of the
+global batch, and which process serves and which backs up each partition. A scheme without partitions
+(checkpoint, the Standard+Checkpoint baseline) is a traditional PS instead: partitions round-robin over
+the live processes, no backups.
 """
 
 from __future__ import annotations
@@ -16,13 +18,11 @@ from dataclasses import dataclass, field
 
 from clustertwin.policies.agileml import (
     PartitionTable,
-    StageThresholds,
     choose_active_ps_hosts,
-    choose_stage,
     num_partitions,
     plan_evictions,
-    workers_on_reliable,
 )
+from clustertwin.policies.spot import FaultTolerance
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,7 @@ class Controller:
 
     reliable: list[str]
     transient: list[str]
-    mode: str  # agileml | checkpoint
-    thresholds: StageThresholds = StageThresholds()
+    scheme: FaultTolerance
     n_partitions: int = 0
     table: PartitionTable | None = None
     started: dict[str, float] = field(default_factory=dict)  # transient process -> start order
@@ -60,7 +59,7 @@ class Controller:
         # N = ½ × the most machines the job could ever use (§1.4); no additions here, so the start size.
         self.n_partitions = num_partitions(len(self.reliable) + len(self.transient))
         self.started = {name: float(i) for i, name in enumerate(self.transient)}
-        if self.mode == "agileml":
+        if self.scheme.partitioned:
             self.table = PartitionTable.create(self.n_partitions, self.reliable)
 
     @property
@@ -68,14 +67,12 @@ class Controller:
         return self.reliable + self.transient
 
     def stage(self) -> int:
-        if self.mode != "agileml":
-            return 0
-        stage = choose_stage(len(self.reliable), len(self.transient), self.thresholds)
+        stage = self.scheme.stage(len(self.reliable), len(self.transient))
         assert stage is not None  # the schema requires a reliable process
         return stage
 
     def first_epoch(self) -> Epoch:
-        if self.table is not None and self.stage() in (2, 3):
+        if self.table is not None and self.scheme.has_active_ps(self.stage()):
             hosts = choose_active_ps_hosts(self.started, [], len(self.live))
             self.table.assign_active(hosts)
         return self.epoch()
@@ -87,7 +84,7 @@ class Controller:
         for name in gone:
             self.started.pop(name, None)
         if self.table is not None:
-            if self.stage() in (2, 3):
+            if self.scheme.has_active_ps(self.stage()):
                 moves = plan_evictions(self.table, list(doomed), self.started, len(self.live))
             else:  # down to stage 1: the BackupPSs become ParamServs (§1.3 "2→1")
                 moves = self.table.assign_active([])
@@ -113,7 +110,7 @@ class Controller:
             pairs = zip(self.table.active, self.table.backup, strict=True)
             server = tuple(a if a is not None else b for a, b in pairs)
             backup = tuple(self.table.backup)
-            on_reliable = workers_on_reliable(stage)
+            on_reliable = self.scheme.reliable_does_work(len(self.reliable), len(self.transient))
             workers = tuple(sorted((self.reliable if on_reliable else []) + self.transient, key=_order))
         return Epoch(self._bump(), workers, server, backup, stage)
 

@@ -1,11 +1,11 @@
 """The eviction driver's schedule: when each transient process is warned and when it is killed.
 
-Two sources (``scenarios/spot_real_schema.py``): an explicit list, or a spot-price trace replayed
-time-compressed. For a trace, transient process ``t{i}`` holds a bid ``bids[i]`` from ``start``; it is
-evicted at the first price change above its bid (the EC2 rule of seed 003 §2.1: a granted bid cannot
-change, the instance goes when the price rises above it), ``real_s_per_trace_h`` real seconds per trace
-hour, with the trace's warning. Evictions at the same trace instant form one event (one market move
-evicts every bid below it at once, like an allocation).
+Two sources (``scenarios/spot_real_section.py``): an explicit list (``real.evictions``), or a spot-price
+trace replayed time-compressed (``real.trace``). For a trace, transient process ``t{i}`` holds a bid
+``bids[i]`` from ``start``; it is evicted at the first price change above its bid (the EC2 rule of seed
+003 §2.1: a granted bid cannot change, the instance goes when the price rises above it),
+``real_s_per_trace_h`` real seconds per trace hour, with the trace's warning. Evictions at the same trace
+instant form one event (one market move evicts every bid below it at once, like an allocation).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 from clustertwin.scenarios.errors import InputError
-from clustertwin.scenarios.spot_real_schema import SpotRealScenario
+from clustertwin.scenarios.spot_schema import SpotScenario
 
 
 @dataclass(frozen=True)
@@ -31,23 +31,27 @@ class EvictionEvent:
         return self.kill_s - self.warn_s
 
 
-def schedule(scenario: SpotRealScenario) -> list[EvictionEvent]:
-    """The scenario's evictions, in kill order."""
-    if scenario.trace is not None:
+def schedule(scenario: SpotScenario) -> list[EvictionEvent]:
+    """The real run's evictions, in kill order."""
+    real = scenario.real
+    assert real is not None  # only a real run has a schedule
+    if real.trace is not None:
         return trace_schedule(scenario)
     events = [
         EvictionEvent(i, ev.at_s - ev.warning_s, ev.at_s, tuple(ev.processes))
-        for i, ev in enumerate(scenario.evictions)
+        for i, ev in enumerate(real.evictions)
     ]
     return sorted(events, key=lambda e: (e.kill_s, e.index))
 
 
-def trace_schedule(scenario: SpotRealScenario) -> list[EvictionEvent]:
+def trace_schedule(scenario: SpotScenario) -> list[EvictionEvent]:
     """Evictions from the replayed price trace (see the module docstring)."""
     from clustertwin.traces.spot_prices import load_bundled_or_path, select
 
-    spec = scenario.trace
-    where = f"{scenario.source}: field trace"
+    real = scenario.real
+    assert real is not None and real.trace is not None
+    spec = real.trace
+    where = f"{scenario.source}: field real.trace"
     table = select(
         load_bundled_or_path(spec.file), [spec.instance_type], None if spec.zone is None else [spec.zone]
     )
@@ -74,7 +78,7 @@ def trace_schedule(scenario: SpotRealScenario) -> list[EvictionEvent]:
         if len(above) == 0:
             continue
         kill = float(hours[above[0]] * spec.real_s_per_trace_h)
-        if kill >= scenario.duration_s:
+        if kill >= real.duration_s:
             continue
         if kill < spec.warning_s:
             raise InputError(

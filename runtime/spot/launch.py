@@ -1,21 +1,22 @@
 """The launcher: hosts the c10d store, runs the elasticity controller and the eviction driver, and spawns
 the training processes (one per reliable/transient "machine") — seed 003 §1.3, §1.6, §6.3.
 
-The launcher's loop ticks every ``agileml.poll_s`` (the EC's warning poll, 5 s in the paper, compressed):
-a warning sent at ``warn_s`` is noticed at the next tick, as AgileML's controller would. Then:
+The launcher's loop ticks every ``real.agileml.poll_s`` (the EC's warning poll, 5 s in the paper,
+compressed): a warning sent at ``warn_s`` is noticed at the next tick, as AgileML's controller would.
+Then the fault-tolerance scheme (``policies.spot.FAULT_TOLERANCE``) says what happens:
 
-* **AgileML**: ``policies.agileml.plan_recovery`` decides whether the end-of-life flush fits in the
-  warning (poll delay and the doomed ActivePSs' unpushed bytes at ``flush_bandwidth_mbps`` included). If
-  so, a new epoch without the doomed processes is published at once (partitions re-planned by
-  ``plan_evictions``, stage re-chosen by ratio); the doomed processes finish their current clock, flush,
-  and retire, and the workers go on. At the kill (SIGKILL) the launcher checks that every doomed process
-  retired; if one did not (no or too short a warning), it is an *effective failure*: a new generation
-  starts at the last consistent BackupPS clock (min over partitions) and the survivors redo the work
-  since then (online roll-back, §1.6).
-* **Checkpoint** (Standard+Checkpoint baseline): every ``checkpoint.interval_s`` the launcher asks the
-  servers to write their partitions at a future clock (atomic files; a manifest once all are in). On an
-  eviction it SIGKILLs the doomed processes and stops the whole job, then starts the survivors afresh
-  (new processes) from the last complete checkpoint, read back from disk.
+* **AgileML** (partitioned): ``policies.agileml.plan_recovery`` decides whether the end-of-life flush
+  fits in the warning (poll delay and the doomed ActivePSs' unpushed bytes at ``flush_bandwidth_mbps``
+  included). If so, a new epoch without the doomed processes is published at once (partitions
+  re-planned by ``plan_evictions``, stage re-chosen by ratio); the doomed processes finish their current
+  clock, flush, and retire, and the workers go on. At the kill (SIGKILL) the launcher checks that every
+  doomed process retired; if one did not (no or too short a warning), it is an *effective failure*: a
+  new generation starts at the last consistent BackupPS clock (min over partitions) and the survivors
+  redo the work since then (online roll-back, §1.6).
+* **Checkpoint** (checkpoints; the Standard+Checkpoint baseline): every ``real.checkpoint.interval_s``
+  the launcher asks the servers to write their partitions at a future clock (atomic files; a manifest
+  once all are in). On an eviction it SIGKILLs the doomed processes and stops the whole job, then starts
+  the survivors afresh (new processes) from the last complete checkpoint, read back from disk.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from clustertwin.policies.agileml import StageThresholds, plan_recovery
+from clustertwin.policies.agileml import plan_recovery
 from clustertwin.runtime.spot.controller import Controller, Epoch
 from clustertwin.runtime.spot.driver import EvictionEvent, schedule
 from clustertwin.runtime.spot.model import MLR, partition_bounds
@@ -57,25 +58,26 @@ class JobRecord:
 
 
 class Launcher:
-    """One real run of a ``spot_real`` scenario (see the module docstring)."""
+    """One real run of a spot scenario's ``real:`` section (see the module docstring)."""
 
     def __init__(self, scenario, out_dir: Path) -> None:
         import torch.distributed as dist
 
-        self.sc = scenario
+        real = scenario.real
+        self.sc = real
+        self.scheme = scenario.fault_tolerance_scheme(
+            reliable_count=real.processes.reliable,
+            poll_s=real.agileml.poll_s,
+            checkpoint_interval_s=real.checkpoint.interval_s,
+        )
+        self.schedule = schedule(scenario)
         self.out = Path(out_dir)
         self.log_dir = self.out / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir = self.out / "checkpoints"
-        j = scenario.job
+        j = real.job
         self.mlr = MLR(j.features, j.classes, j.examples, j.batch, j.lr, scenario.seed)
-        a = scenario.agileml
-        self.ctrl = Controller(
-            scenario.reliable_names,
-            scenario.transient_names,
-            scenario.fault_tolerance,
-            StageThresholds(a.stage2_above, a.stage3_above),
-        )
+        self.ctrl = Controller(real.reliable_names, real.transient_names, self.scheme)
         self.n = self.ctrl.n_partitions
         self.bounds = partition_bounds(self.mlr.numel, self.n)
         self.base = dist.TCPStore(
@@ -90,7 +92,7 @@ class Launcher:
         self.g = 0
         self.epoch: Epoch | None = None
         self.t0 = 0.0
-        self.initial_workers = len(scenario.reliable_names) + len(scenario.transient_names)
+        self.initial_workers = len(real.reliable_names) + len(real.transient_names)
 
     # ---- helpers -------------------------------------------------------------------------------
     def now(self) -> float:
@@ -143,7 +145,7 @@ class Launcher:
             "step_s": self.sc.job.step_s,
             "initial_workers": self.initial_workers,
             "log_dir": str(self.log_dir),
-            "ckpt_dir": str(self.ckpt_dir) if self.sc.fault_tolerance == "checkpoint" else None,
+            "ckpt_dir": str(self.ckpt_dir) if self.scheme.checkpoints else None,
         }
         ctx = _context()
         spawned = self.now() if self.t0 else 0.0
@@ -192,7 +194,7 @@ class Launcher:
     # ---- the run -------------------------------------------------------------------------------
     def run(self) -> JobRecord:
         sc = self.sc
-        events = schedule(sc)
+        events = self.schedule
         pending_warn = sorted(events, key=lambda e: (e.warn_s, e.index))
         pending_kill = list(events)
         flushing: dict[int, dict] = {}
@@ -210,9 +212,9 @@ class Launcher:
                     ev = pending_kill.pop(0)
                     row = flushing.pop(ev.index, None) or self._on_warning(ev, t)
                     self._on_kill(ev, row)
-                    if sc.fault_tolerance == "checkpoint":
+                    if self.scheme.checkpoints:
                         ckpt_target = None  # the new processes never saw that request
-                if sc.fault_tolerance == "checkpoint":
+                if self.scheme.checkpoints:
                     ckpt_target, next_ckpt = self._checkpointing(ckpt_target, next_ckpt)
                 self._check_deaths()
                 time.sleep(max(0.0, tick - (self.now() - t)))
@@ -242,7 +244,7 @@ class Launcher:
             "planned": "checkpoint_rollback",
             "epoch_s": float("nan"),
         }
-        if sc.fault_tolerance == "agileml":
+        if self.scheme.partitioned:
             assert self.epoch is not None
             hosted = [sum(1 for s in self.epoch.server if s == p) for p in doomed]
             part_bytes = 8.0 * max(hi - lo for lo, hi in self.bounds)
@@ -266,12 +268,13 @@ class Launcher:
         self._kill(doomed)
         row["killed_s"] = self.now()
         row["front_clock"] = front_before
-        if self.sc.fault_tolerance == "checkpoint":
+        if self.scheme.checkpoints:
             self._restart(doomed, row)
         else:
             retired = all(self.st.check([f"retired/{p}"]) for p in doomed)
             if retired:
-                row["recovery"] = "end_of_life_flush" if row["stage_before"] in (2, 3) else "stateless"
+                flushed = self.scheme.has_active_ps(row["stage_before"])
+                row["recovery"] = "end_of_life_flush" if flushed else "stateless"
                 row["rollback_to"] = -1
             else:
                 self._rollback(doomed, row)

@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 from clustertwin.runtime.spot.launch import JobRecord
-from clustertwin.scenarios.spot_real_results import to_frame
+from clustertwin.scenarios.spot_real_results import run_frame
 
 WINDOW_S = 3.0  # how long before/after an eviction the normal iteration time is measured
 
@@ -70,7 +70,9 @@ def iterations(rec: JobRecord, logs: list[dict]) -> pd.DataFrame:
                 "gap_s": math.nan,
             }
         )
-    frame = to_frame("iterations", rows).sort_values(["end_s", "clock"], kind="stable").reset_index(drop=True)
+    frame = (
+        run_frame("iterations", rows).sort_values(["end_s", "clock"], kind="stable").reset_index(drop=True)
+    )
     kept = frame[frame["kept"]].sort_values("clock")
     frame.loc[kept.index, "gap_s"] = kept["end_s"].diff().to_numpy()
     return frame
@@ -100,7 +102,7 @@ def progress(it: pd.DataFrame, rec: JobRecord) -> pd.DataFrame:
                     "event": e["recovery"],
                 }
             )
-    return to_frame("progress", rows).sort_values("time_s", kind="stable").reset_index(drop=True)
+    return run_frame("progress", rows).sort_values("time_s", kind="stable").reset_index(drop=True)
 
 
 def clock_rate(it: pd.DataFrame, t_lo: float, t_hi: float) -> float:
@@ -111,7 +113,7 @@ def clock_rate(it: pd.DataFrame, t_lo: float, t_hi: float) -> float:
     return (len(k) - 1) / float(k["end_s"].iloc[-1] - k["end_s"].iloc[0])
 
 
-def evictions(rec: JobRecord, it: pd.DataFrame, pred: pd.DataFrame, horizon: float) -> pd.DataFrame:
+def evictions(rec: JobRecord, it: pd.DataFrame, horizon: float) -> pd.DataFrame:
     kept = it[it["kept"]].sort_values("clock")
     end_of = dict(zip(kept["clock"], kept["end_s"], strict=True))
     rows = []
@@ -136,7 +138,6 @@ def evictions(rec: JobRecord, it: pd.DataFrame, pred: pd.DataFrame, horizon: flo
         regain = end_of.get(front - 1, math.nan)
         recover = max(0.0, regain - e["killed_s"]) if front > 0 else 0.0
         lost = front - e["rollback_to"] if e["rollback_to"] >= 0 else 0
-        p = pred[pred["event"] == e["event"]]
         rows.append(
             {
                 **{
@@ -163,10 +164,6 @@ def evictions(rec: JobRecord, it: pd.DataFrame, pred: pd.DataFrame, horizon: flo
                 "blip_s": max(blip, 0.0) if not math.isnan(blip) else blip,
                 "recover_s": recover,
                 "restart_s": e["restarted_s"] - e["killed_s"] if "restarted_s" in e else math.nan,
-                "pred_recovery": str(p["recovery"].iloc[0]) if len(p) else "",
-                "pred_stall_s": float(p["stall_s"].iloc[0]) if len(p) else math.nan,
-                "pred_lost_clocks": float(p["lost_clocks"].iloc[0]) if len(p) else math.nan,
-                "pred_recover_s": float(p["recover_s"].iloc[0]) if len(p) else math.nan,
             }
         )
-    return to_frame("evictions", rows)
+    return run_frame("evictions", rows)

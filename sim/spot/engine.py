@@ -4,8 +4,10 @@ Time advances only by events — price changes, request grants, boots, evictions
 termination), billing-hour boundaries, checkpoints, decision points and the job's completion — and
 progress between events is closed form (rate × time), so a 20-hour job costs a few thousand events.
 
-Decisions come from ``policies/``: BidBrain (acquire/renew), Standard (cheapest market, bid on demand),
-AgileML (stage, recovery plan). This module only carries them out and keeps the books.
+Decisions come from ``policies/``: an acquisition policy (``policies.spot.ACQUISITION``: what to request
+and renew at each decision point) and a fault-tolerance scheme (``policies.spot.FAULT_TOLERANCE``: stage,
+reliable machines, checkpoints, what an eviction costs). This module only carries them out and keeps the
+books; it never names a policy.
 
 Work accounting (what the property tests check): ``done`` only grows by rate × elapsed time; a rollback
 subtracts exactly what is recorded as ``lost_work`` in the evictions table, so at any time
@@ -18,41 +20,31 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 import numpy as np
 import simpy
-from clustertwin.policies.agileml import (
-    PartitionTable,
-    StageThresholds,
-    choose_active_ps_hosts,
-    choose_stage,
-    num_partitions,
-    plan_recovery,
-)
-from clustertwin.policies.bidbrain import (
-    Allocation,
-    BidBrain,
-    MarketView,
-    SpotRequest,
-    just_above_request,
-    standard_request,
-)
+from clustertwin.policies.agileml import PartitionTable, choose_active_ps_hosts, num_partitions
+from clustertwin.policies.bidbrain import Allocation, MarketView
 from clustertwin.policies.bidbrain.cost_model import HOUR_S
 from clustertwin.policies.bidbrain.history import Market
+from clustertwin.policies.spot import (
+    NO_FAULT_TOLERANCE,
+    AcquisitionPolicy,
+    Decision,
+    DecisionPoint,
+    FaultTolerance,
+)
 from clustertwin.sim.spot.billing import BillingModel
 from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import PerfModel
 
-Acquisition = Literal["bidbrain", "standard", "just_above", "on_demand"]
-FaultTolerance = Literal["agileml", "checkpoint"]
-
 
 @dataclass(frozen=True)
 class SpotConfig:
-    """Everything a run needs besides the market; built from a scenario by ``sim.spot.setup``."""
+    """Everything a run needs besides the market and the policies; built from a scenario by
+    ``sim.spot.setup``."""
 
-    acquisition: Acquisition
+    acquisition: AcquisitionPolicy
     fault_tolerance: FaultTolerance
     billing: BillingModel
     total_work: float  # work units (ν·hours)
@@ -60,19 +52,12 @@ class SpotConfig:
     max_rate: float  # most ν the job may hold at once (BidBrain's cap)
     on_demand_prices: dict[str, float]
     work_rates: dict[str, float]
-    reliable_type: str
-    reliable_count: int  # on-demand reliable machines (AgileML; 0 for checkpoint)
+    reliable_type: str  # the fault-tolerance scheme's on-demand machines
+    reference_type: str  # the reference cluster's machines (what all-on-demand holds)
     request_delay_s: float = 60.0
     boot_s: float = 120.0
-    checkpoint_interval_s: float = 1800.0
-    checkpoint_overhead: float = 0.17
-    restart_s: float = 300.0
-    poll_s: float = 5.0
     partition_mb: float = 64.0
     nic_gbps: float = 1.0
-    consistent_lag_s: float = 10.0
-    eviction_stall_s: float = 5.0
-    thresholds: StageThresholds = StageThresholds()
     perf: PerfModel | None = None
     preemption_rate_per_s: float = 0.0  # fixed_preemptible only
     max_runtime_s: float = 30 * 24 * 3600.0
@@ -110,7 +95,12 @@ class _Books:
 
 
 class SpotSim:
-    """One run. Call :meth:`run`; then read ``books`` and ``finished_s``."""
+    """One run. Call :meth:`run`; then read ``books`` and ``finished_s``.
+
+    ``warning_s``, when given, is the public hook for an eviction schedule that is not a provider's: the
+    notice (seconds between warning and termination) an eviction in each market gets, instead of the
+    billing model's one warning. A replay of a real run's schedule gives each eviction its own.
+    """
 
     def __init__(
         self,
@@ -118,17 +108,18 @@ class SpotSim:
         market: MarketReplay,
         markets: Sequence[Market],
         rng: np.random.Generator,
-        bidbrain: BidBrain | None = None,
         progress: Callable[[float, str], None] | None = None,
+        warning_s: Callable[[Market], float] | None = None,
     ) -> None:
-        if config.acquisition == "bidbrain" and bidbrain is None:
-            raise ValueError("BidBrain acquisition needs a BidBrain policy (eviction tables)")
         self.cfg = config
         self.market = market
         self.markets = sorted(markets)
         self.rng = rng
-        self.bidbrain = bidbrain
+        self.acq = config.acquisition
+        # A policy that never holds transient machines needs no fault tolerance (and pays for none).
+        self.ft = config.fault_tolerance if self.acq.holds_transient else NO_FAULT_TOLERANCE
         self.report = progress
+        self._warning_for = warning_s
         self.env = simpy.Environment()
         self.allocs: dict[int, _Alloc] = {}
         self.books = _Books()
@@ -159,19 +150,13 @@ class SpotSim:
         for m in self.markets:
             if cfg.billing.price_evictions:
                 self.env.process(self._market_process(m))
-        if cfg.acquisition == "on_demand":
-            n = math.ceil(cfg.target_rate / cfg.work_rates[cfg.reliable_type] - 1e-9)
-            self._request_on_demand(n)
-        else:
-            if cfg.fault_tolerance == "agileml":
-                self._request_on_demand(cfg.reliable_count)
-            self._decide("start")
-        if (
-            cfg.checkpoint_overhead > 0
-            and cfg.fault_tolerance == "checkpoint"
-            and cfg.acquisition != "on_demand"
-        ):
-            self._at(cfg.checkpoint_interval_s, self._checkpoint)
+        rate = cfg.work_rates[cfg.reference_type]
+        self._request_on_demand(cfg.reference_type, self.acq.on_demand_count(cfg.target_rate, rate))
+        self._request_on_demand(cfg.reliable_type, self.ft.reliable_count)
+        self._decide("start")
+        every = self.ft.checkpoint_every_s()
+        if every is not None:
+            self._at(every, self._checkpoint)
         self._at(cfg.max_runtime_s, lambda: self._end("max_runtime"))
         self.env.run(until=self._finish)
 
@@ -202,19 +187,16 @@ class SpotSim:
         n_r = sum(a.alloc.count for a in rel)
         n_t = sum(a.alloc.count for a in tra)
         nu = sum(a.alloc.count * a.alloc.work_rate for a in working)
-        if cfg.acquisition == "on_demand":
-            self.stage, rate = 0, nu
-        elif cfg.fault_tolerance == "checkpoint":
-            self.stage, rate = 0, nu * (1.0 - cfg.checkpoint_overhead)
+        stage = self.ft.stage(n_r, n_t)
+        self.stage = stage or 0
+        if stage == 0:  # a scheme without stages: every machine trains, less the scheme's overhead
+            rate = nu * self.ft.work_fraction()
+        elif stage is None or cfg.perf is None:
+            rate = 0.0
         else:
-            stage = choose_stage(n_r, n_t, cfg.thresholds)
-            self.stage = stage or 0
-            if stage is None or cfg.perf is None:
-                rate = 0.0
-            else:
-                rate = nu / cfg.perf.slowdown(stage, n_r, n_t)
+            rate = nu / cfg.perf.slowdown(stage, n_r, n_t)
         self.rate = rate
-        if cfg.fault_tolerance == "agileml" and cfg.acquisition != "on_demand":
+        if self.ft.partitioned:
             self._sync_partitions(rel, tra)
         self.books.progress.append(
             {
@@ -246,7 +228,7 @@ class SpotSim:
             max_machines = int(self.cfg.max_rate // min(self.cfg.work_rates.values())) + 1
             self.partitions = PartitionTable.create(num_partitions(max_machines), reliable)
         started = {n: a.ready_s for a in tra for n in _nodes(a)}
-        if self.stage in (2, 3):
+        if self.ft.has_active_ps(self.stage):
             current = [h for h in dict.fromkeys(self.partitions.active) if h is not None]
             hosts = choose_active_ps_hosts(started, current, len(reliable) + len(started))
         else:
@@ -264,14 +246,14 @@ class SpotSim:
         self._advance()
         if self.env.now >= self.stall_until:
             self.ckpt_work = self.done
-        self._at(self.env.now + self.cfg.checkpoint_interval_s, self._checkpoint)
+        every = self.ft.checkpoint_every_s()
+        assert every is not None
+        self._at(self.env.now + every, self._checkpoint)
 
     # ---- acquisition --------------------------------------------------------------------------
-    def _request_on_demand(self, count: int) -> None:
-        if count <= 0:
-            return
-        t = self.cfg.reliable_type
-        self._new_alloc(("" + t, "on-demand"), count, math.inf, on_demand=True)
+    def _request_on_demand(self, itype: str, count: int) -> None:
+        if count > 0:
+            self._new_alloc((itype, "on-demand"), count, math.inf, on_demand=True)
 
     def _new_alloc(self, market: Market, count: int, bid: float, on_demand: bool = False) -> _Alloc:
         aid = self._next_id
@@ -312,8 +294,7 @@ class SpotSim:
         self._charge_hour(rec)
         self._at(now + self.cfg.boot_s, lambda: self._ready(rec))
         self._at(now + HOUR_S, lambda: self._hour_boundary(rec))
-        if self.bidbrain is not None and not rec.alloc.on_demand:
-            self._at(self.bidbrain.renewal_check_at(rec.alloc), lambda: self._renewal_check(rec))
+        self._schedule_renewal(rec)
         if not rec.alloc.on_demand and self.cfg.billing.name == "fixed_preemptible":
             life = self.cfg.billing.max_lifetime_s
             if self.cfg.preemption_rate_per_s > 0:
@@ -384,8 +365,7 @@ class SpotSim:
         rec.alloc = replace(rec.alloc, price=price, hour_start_s=now)
         self._charge_hour(rec)
         self._at(now + HOUR_S, lambda: self._hour_boundary(rec))
-        if self.bidbrain is not None and not rec.alloc.on_demand:
-            self._at(self.bidbrain.renewal_check_at(rec.alloc), lambda: self._renewal_check(rec))
+        self._schedule_renewal(rec)
 
     # ---- evictions ----------------------------------------------------------------------------
     def _price_changed(self, m: Market) -> None:
@@ -401,7 +381,7 @@ class SpotSim:
         now = self.env.now
         was_working = rec.working
         rec.state = "warned" if was_working else "warned_boot"
-        warning = self.cfg.billing.warning_s
+        warning = self._warning(rec)
         price = self._current_price(rec)
         self._at(now + warning, lambda: self._evicted(rec, now, price, was_working))
 
@@ -409,31 +389,17 @@ class SpotSim:
         cfg = self.cfg
         self._advance()
         recovery, lost = "none", 0.0
-        if cfg.acquisition != "on_demand" and was_working:
-            if cfg.fault_tolerance == "checkpoint":
-                recovery = "checkpoint_rollback"
+        if was_working:
+            cost = self.ft.eviction_cost(
+                self.stage, self._warning(rec), self._unpushed_bytes(rec), cfg.nic_gbps * 1e9
+            )
+            recovery = cost.recovery
+            if cost.lost == "since_checkpoint":
                 lost = max(self.done - self.ckpt_work, 0.0)
-                self.stall_until = self.env.now + cfg.restart_s
-            elif self.stage in (2, 3):
-                # Each doomed node pushes the unpushed deltas of the partitions it hosts over its own
-                # NIC, and all of it lands on the R reliable NICs: the slower of the two bounds the flush.
-                hosted = [len(self.partitions.owned_by(n)) for n in _nodes(rec)] if self.partitions else [0]
-                n_rel = max(
-                    sum(a.alloc.count for a in self.allocs.values() if a.working and a.alloc.on_demand), 1
-                )
-                per_nic = max(max(hosted), sum(hosted) / n_rel)
-                plan = plan_recovery(
-                    warning_s=cfg.billing.warning_s,
-                    poll_s=cfg.poll_s,
-                    unpushed_bytes=per_nic * cfg.partition_mb * 1e6,
-                    flush_bandwidth_bps=cfg.nic_gbps * 1e9,
-                    since_consistent_s=cfg.consistent_lag_s,
-                )
-                recovery = plan.kind
-                lost = min(self.rate * plan.lost_s / 3600.0, self.done)
-                self.stall_until = max(self.stall_until, self.env.now + cfg.eviction_stall_s)
-            else:
-                recovery = "stateless"  # stage 1: transient machines hold no state
+            elif cost.lost == "recent":
+                lost = min(self.rate * cost.lost_s / 3600.0, self.done)
+            if cost.stall_s > 0:
+                self.stall_until = max(self.stall_until, self.env.now + cost.stall_s)
         self.done -= lost
         self.lost += lost
         self.ckpt_work = min(self.ckpt_work, self.done)
@@ -460,16 +426,34 @@ class SpotSim:
         self._terminate(rec, "evicted")
         self._decide("eviction")
 
+    def _warning(self, rec: _Alloc) -> float:
+        if self._warning_for is None:
+            return self.cfg.billing.warning_s
+        return self._warning_for(rec.alloc.market)
+
+    def _unpushed_bytes(self, rec: _Alloc) -> float:
+        """What the evicted machines must push before they go. Each doomed node pushes the unpushed
+        deltas of the partitions it hosts over its own NIC, and all of it lands on the R reliable NICs:
+        the slower of the two bounds the flush."""
+        hosted = [len(self.partitions.owned_by(n)) for n in _nodes(rec)] if self.partitions else [0]
+        n_rel = max(sum(a.alloc.count for a in self.allocs.values() if a.working and a.alloc.on_demand), 1)
+        return max(max(hosted), sum(hosted) / n_rel) * self.cfg.partition_mb * 1e6
+
     def _terminate(self, rec: _Alloc, reason: str) -> None:
         rec.state, rec.ended_s, rec.end_reason = "gone", self.env.now, reason
         self._log_acquisition(rec)
         self._recompute(reason)
 
+    def _schedule_renewal(self, rec: _Alloc) -> None:
+        at = None if rec.alloc.on_demand else self.acq.renewal_at(rec.alloc)
+        if at is not None:
+            self._at(at, lambda: self._renewal_check(rec))
+
     def _renewal_check(self, rec: _Alloc) -> None:
-        if not rec.alive or rec.state != "running" or self.bidbrain is None:
+        if not rec.alive or rec.state != "running":
             return
         footprint = [a.alloc for a in self.allocs.values() if a.alive]
-        if not self.bidbrain.keep(self.env.now, rec.alloc, self._footprint_work(footprint), self._prices()):
+        if not self.acq.renew(self.env.now, rec.alloc, self._footprint_work(footprint), self._prices()):
             rec.drop_at_hour_end = True
 
     # ---- decisions ----------------------------------------------------------------------------
@@ -486,75 +470,49 @@ class SpotSim:
             for m in self.markets
         ]
 
-    def _held_rate(self, spot_only: bool) -> float:
+    def _held_rate(self) -> float:
+        """ν held or requested, on demand included."""
         return sum(
-            a.alloc.count * a.alloc.work_rate
-            for a in self.allocs.values()
-            if (a.alive or a.state == "pending") and not (spot_only and a.alloc.on_demand)
+            a.alloc.count * a.alloc.work_rate for a in self.allocs.values() if a.alive or a.state == "pending"
         )
 
     def _footprint_work(self, footprint: list[Allocation]) -> list[Allocation]:
-        """Mark whether the on-demand allocation does work (not in stage 3, Fig. 6)."""
-        if self.cfg.fault_tolerance != "agileml":
-            return footprint
+        """Mark whether the on-demand allocations do work (the fault-tolerance scheme says; AgileML's
+        reliable machines do none in stage 3, Fig. 6)."""
         n_r = sum(a.count for a in footprint if a.on_demand)
         n_t = sum(a.count for a in footprint if not a.on_demand)
-        stage = choose_stage(n_r, n_t, self.cfg.thresholds)
-        return [replace(a, does_work=False) if a.on_demand and stage == 3 else a for a in footprint]
+        if self.ft.reliable_does_work(n_r, n_t):
+            return footprint
+        return [replace(a, does_work=False) if a.on_demand else a for a in footprint]
 
     def _decide(self, why: str) -> None:
+        """A decision point: ask the acquisition policy, schedule its next point, place its requests."""
+        if self._finish.triggered:
+            return
         cfg = self.cfg
-        if self._finish.triggered or cfg.acquisition == "on_demand":
-            return
-        if cfg.acquisition in ("standard", "just_above"):
-            # Standard holds the reference cluster's ν in total (AgileML's reliable machines included).
-            deficit = cfg.target_rate - self._held_rate(spot_only=False)
-            views = [v for v in self._views() if v.work_rate > 0]
-            request = None
-            if deficit > 1e-9 and views:
-                choose = standard_request if cfg.acquisition == "standard" else just_above_request
-                choice = choose(views, 1)
-                if choice is not None:
-                    count = math.ceil(deficit / cfg.work_rates[choice.market[0]] - 1e-9)
-                    request = replace(choice, count=count)
-            if request is not None:
-                self._new_alloc(request.market, request.count, request.bid)
-            elif deficit > 1e-9:
-                self._at(self.env.now + 120.0, lambda: self._decide("retry"))
-            return
-        # BidBrain: this decision point, then the next periodic one.
-        assert self.bidbrain is not None
-        if why in ("start", "periodic"):
-            self._at(self.bidbrain.next_periodic(self.env.now), lambda: self._decide("periodic"))
         footprint = self._footprint_work(
             [a.alloc for a in self.allocs.values() if a.alive and a.state not in ("warned", "warned_boot")]
             + [
-                replace(a.alloc, price=self._request_price(a), hour_start_s=self.env.now)
+                replace(a.alloc, price=self._current_price(a), hour_start_s=self.env.now)
                 for a in self.allocs.values()
                 if a.state == "pending"
             ]
         )
-        headroom = cfg.max_rate - self._held_rate(spot_only=False)
-        request = self._bidbrain_request(footprint, headroom)
-        if request is not None:
+        point = DecisionPoint(
+            now=self.env.now,
+            why=why,
+            markets=self._views(),
+            prices=self._prices(),
+            footprint=footprint,
+            held_rate=self._held_rate(),
+            target_rate=cfg.target_rate,
+            max_rate=cfg.max_rate,
+        )
+        decision: Decision = self.acq.decide(point)
+        if decision.next_s is not None:
+            self._at(decision.next_s, lambda: self._decide(decision.next_why))
+        for request in decision.requests:
             self._new_alloc(request.market, request.count, request.bid)
-
-    def _request_price(self, rec: _Alloc) -> float:
-        return self._current_price(rec)
-
-    def _bidbrain_request(self, footprint: list[Allocation], headroom: float) -> SpotRequest | None:
-        assert self.bidbrain is not None
-        views = self._views()
-        best: SpotRequest | None = None
-        # Count grid is in instances; the cap is in ν, so filter counts per market by its ν.
-        for view in views:
-            cap = int(headroom // view.work_rate) if view.work_rate > 0 else 0
-            if cap <= 0:
-                continue
-            req = self.bidbrain.acquire(self.env.now, footprint, self._prices(), [view], cap)
-            if req is not None and (best is None or req.expected_cost_per_work < best.expected_cost_per_work):
-                best = req
-        return best
 
     # ---- end ----------------------------------------------------------------------------------
     def _end(self, reason: str) -> None:

@@ -10,14 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from clustertwin.policies.agileml import StageThresholds
-from clustertwin.policies.bidbrain import (
-    BidBrain,
-    BidBrainParams,
-    CostParams,
-    EvictionTable,
-    estimate_eviction_table,
-)
+from clustertwin.policies.bidbrain import BidBrainParams, CostParams, EvictionTable, estimate_eviction_table
+from clustertwin.policies.spot import ACQUISITION, AcquisitionInputs, AcquisitionPolicy, FaultTolerance
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import to_frame
@@ -151,8 +145,32 @@ def start_time(scenario: SpotScenario, table: pd.DataFrame) -> pd.Timestamp:
     return lo + pd.Timedelta(seconds=round(offset))
 
 
-def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, BidBrain | None, pd.Timestamp]:
+def policies(scenario: SpotScenario, table: pd.DataFrame) -> tuple[AcquisitionPolicy, FaultTolerance]:
+    """The scenario's acquisition policy and fault-tolerance scheme, built from their registries."""
+    b, a, c = scenario.bidbrain, scenario.agileml, scenario.checkpoint
+    inputs = AcquisitionInputs(
+        bidbrain=BidBrainParams(
+            cost=CostParams(phi=b.phi, sigma_s=b.sigma_s, lambda_s=b.lambda_s),
+            period_s=b.period_s,
+            renewal_lead_s=b.renewal_lead_s,
+        ),
+        eviction_table=lambda: eviction_table(scenario, table),
+    )
+    fault_tolerance = scenario.fault_tolerance_scheme(
+        reliable_count=a.reliable_count, poll_s=a.poll_s, checkpoint_interval_s=c.interval_s
+    )
+    return ACQUISITION.get(scenario.policy)(inputs), fault_tolerance
+
+
+def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, pd.Timestamp]:
     """The engine's inputs for a scenario."""
+    if scenario.real is not None:
+        raise InputError(
+            f"{scenario.source}: field real",
+            "real describes a real run (processes and an eviction schedule), which a market simulation"
+            " cannot honour; its simulator prediction is made by --backend real (it is anchored on the"
+            " run's measured step rate). Remove real to simulate the market",
+        )
     spec = scenario.market
     od = _load_on_demand(spec.on_demand)
     named = [
@@ -183,52 +201,34 @@ def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, BidBr
     ref_rate = scenario.job.reference_count * rates[scenario.job.reference_type]
     work = scenario.job.work if scenario.job.work is not None else ref_rate * scenario.job.reference_hours
     billing = billing_model(scenario.billing.model, scenario.billing.warning_s)
-    agile = scenario.fault_tolerance == "agileml" and scenario.policy != "on_demand"
+    acquisition, fault_tolerance = policies(scenario, table)
     config = SpotConfig(
-        acquisition=scenario.policy,
-        fault_tolerance=scenario.fault_tolerance,
+        acquisition=acquisition,
+        fault_tolerance=fault_tolerance,
         billing=billing,
         total_work=work,
         target_rate=ref_rate,
         max_rate=ref_rate * scenario.job.max_scale,
         on_demand_prices={name: t.on_demand_price for name, t in od.items()},
         work_rates=rates,
-        reliable_type=scenario.job.reference_type
-        if scenario.policy == "on_demand"
-        else scenario.agileml.reliable_type,
-        reliable_count=scenario.agileml.reliable_count if agile else 0,
+        reliable_type=scenario.agileml.reliable_type,
+        reference_type=scenario.job.reference_type,
         request_delay_s=scenario.provisioning.request_delay_s,
         boot_s=scenario.provisioning.boot_s,
-        checkpoint_interval_s=scenario.checkpoint.interval_s,
-        checkpoint_overhead=scenario.checkpoint.overhead,
-        restart_s=scenario.checkpoint.restart_s,
-        poll_s=scenario.agileml.poll_s,
         partition_mb=scenario.agileml.partition_mb,
         nic_gbps=scenario.agileml.nic_gbps,
-        consistent_lag_s=scenario.agileml.consistent_lag_s,
-        eviction_stall_s=scenario.agileml.eviction_stall_s,
-        thresholds=StageThresholds(scenario.agileml.stage2_above, scenario.agileml.stage3_above),
         perf=DEFAULT_PERF,
         preemption_rate_per_s=scenario.billing.preemptions_per_h / 3600.0,
         max_runtime_s=scenario.max_runtime_h * 3600.0,
     )
-    bidbrain = None
-    if scenario.policy == "bidbrain":
-        b = scenario.bidbrain
-        params = BidBrainParams(
-            cost=CostParams(phi=b.phi, sigma_s=b.sigma_s, lambda_s=b.lambda_s),
-            period_s=b.period_s,
-            renewal_lead_s=b.renewal_lead_s,
-        )
-        bidbrain = BidBrain(eviction_table(scenario, table), params)
-    return config, market, market.markets, bidbrain, start
+    return config, market, market.markets, start
 
 
 def run(scenario: SpotScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
     """Simulate a spot scenario; see ``sim/spot/tables.py`` for the tables' column contract."""
     wall = time.perf_counter()
-    config, market, markets, bidbrain, start = build(scenario)
-    sim = SpotSim(config, market, markets, np.random.default_rng(scenario.seed), bidbrain, progress)
+    config, market, markets, start = build(scenario)
+    sim = SpotSim(config, market, markets, np.random.default_rng(scenario.seed), progress)
     sim.run()
     # The prices the run was billed at must come from the trace, not from its last row held forever.
     check_coverage(

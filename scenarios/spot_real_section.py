@@ -1,10 +1,10 @@
-"""The ``kind: spot_real`` scenario: AgileML (or checkpoint/restart) on real processes, with evictions.
+"""The ``real:`` section of a ``kind: spot`` scenario: AgileML (or checkpoint/restart) on real processes.
 
 Proteus's runtime half (seed 003 §1, notes §1.6): R reliable and T transient training processes on this
 host, an MLR job (the paper's MLR app, on synthetic data), and an eviction schedule — an explicit list
 (at ``at_s`` kill these transient processes, warning ``warning_s`` before) or a replayed spot-price trace
 (a transient process is evicted when the price rises above its bid), time-compressed by
-``trace.real_s_per_trace_h``. The simulator's prediction for the same schedule uses ``prediction``.
+``trace.real_s_per_trace_h``. The simulator's prediction for the same schedule uses ``real_s_per_sim_h``.
 
 Process names: ``r0 … r{R-1}`` (reliable), ``t0 … t{T-1}`` (transient; ``t0`` started first, so it is the
 "longest-running" one AgileML prefers for ActivePSs). Every cross-field error names the field.
@@ -13,13 +13,12 @@ Process names: ``r0 … r{R-1}`` (reliable), ``t0 … t{T-1}`` (transient; ``t0`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
+from clustertwin.scenarios.gavel_schema import _Strict
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-DEFAULT_SPOT_REAL_SCENARIO = Path(__file__).with_name("spot-real-cpu.yaml")
-SPOT_REAL_PATH_FIELDS: dict[str, tuple[str, ...]] = {"trace.file": ("aws-p2-p3-us-east-1-2020",)}
+REAL_SPOT_SCENARIO = Path(__file__).with_name("spot-real-cpu.yaml")
 
 
 class Processes(_Strict):
@@ -70,10 +69,9 @@ class TraceReplay(_Strict):
 
 
 class AgileMLRuntime(_Strict):
-    """AgileML knobs (seed 003 §1.2–1.6; notes §0): thresholds, poll period, backup push cadence."""
+    """The real run's AgileML timing (seed 003 §1.2–1.6; notes §0); its stage thresholds are the
+    scenario's ``agileml.stage2_above`` / ``stage3_above``."""
 
-    stage2_above: PositiveFloat = 1.0
-    stage3_above: PositiveFloat = 15.0
     poll_s: PositiveFloat = 0.1  # the elasticity controller's warning poll (paper: 5 s, compressed)
     backup_every: PositiveInt = 5  # clocks between an ActivePS's coalesced pushes to its BackupPS
     flush_bandwidth_mbps: PositiveFloat = 100.0  # what the recovery plan assumes for the end-of-life push
@@ -85,36 +83,25 @@ class CheckpointRuntime(_Strict):
     interval_s: PositiveFloat = 6.0
 
 
-class Prediction(_Strict):
-    """How the simulator's prediction is made (``runtime/spot/predict.py``).
+class RealRun(_Strict):
+    """A real run: processes, job, eviction schedule, timing, and the time compression of its prediction.
 
-    The simulator's eviction constants are cloud seconds (``sim.spot.engine.SpotConfig``); the real run
-    is time-compressed by ``real_s_per_sim_h`` real seconds per simulated hour. The real run's own
-    parameters (eviction times, warnings, poll, checkpoint interval) are divided by that factor into
-    simulated time; the constants the real run *measures* instead (eviction stall, restart, checkpoint
-    overhead, consistent lag) take the simulator's defaults, unchanged, in simulated seconds.
+    The simulator's prediction of the run (``analysis/spot_prediction.py``) replays the same schedule in
+    the spot engine: ``real_s_per_sim_h`` real seconds stand for one simulated hour. The real run's own
+    timing (eviction times, warnings, poll, checkpoint interval) is divided by that factor into simulated
+    time; the costs the real run *measures* instead take the scenario's simulator constants, in simulated
+    seconds (``agileml.eviction_stall_s``, ``agileml.consistent_lag_s``, ``checkpoint.overhead``,
+    ``checkpoint.restart_s``).
     """
 
-    real_s_per_sim_h: PositiveFloat = 60.0
-    eviction_stall_s: NonNegativeFloat = 5.0
-    restart_s: NonNegativeFloat = 300.0
-    checkpoint_overhead: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.17
-    consistent_lag_s: NonNegativeFloat = 10.0
-
-
-class SpotRealScenario(ScenarioBase):
-    """One real run: processes, job, fault tolerance, eviction schedule, prediction settings."""
-
-    kind: Literal["spot_real"]
     processes: Processes = Processes()
     job: MLRJob = MLRJob()
-    fault_tolerance: Literal["agileml", "checkpoint"] = "agileml"
     duration_s: PositiveFloat = 30.0
     evictions: list[Eviction] = Field(default_factory=list)
     trace: TraceReplay | None = None
     agileml: AgileMLRuntime = AgileMLRuntime()
     checkpoint: CheckpointRuntime = CheckpointRuntime()
-    prediction: Prediction = Prediction()
+    real_s_per_sim_h: PositiveFloat = 60.0
     device: Literal["cpu", "cuda"] = "cpu"
 
     @property
@@ -126,7 +113,7 @@ class SpotRealScenario(ScenarioBase):
         return [f"t{i}" for i in range(self.processes.transient)]
 
     @model_validator(mode="after")
-    def _consistent(self) -> SpotRealScenario:
+    def _consistent(self) -> RealRun:
         transient = set(self.transient_names)
         reliable = set(self.reliable_names)
         seen: dict[str, int] = {}
@@ -166,44 +153,3 @@ class SpotRealScenario(ScenarioBase):
                     f" got {len(self.trace.bids)}"
                 )
         return self
-
-
-def load_spot_real_scenario(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
-    """Load a ``kind: spot_real`` file (default: the bundled CPU one) with ``--set``-style overrides.
-
-    Uses the shared loader's parsing and error explanation, so errors name file:line and the field,
-    exactly as ``scenarios.load.load_scenario`` does for the registered kinds.
-    """
-    from clustertwin.scenarios import load as L  # noqa: N812 - the shared loader's private helpers
-    from clustertwin.scenarios.errors import InputError
-    from pydantic import ValidationError
-
-    source = DEFAULT_SPOT_REAL_SCENARIO if path is None else Path(path)
-    label = str(source)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(label, f"cannot read the scenario file: {err.strerror or err}") from None
-    data, lines = L._parse(text, label)
-    overridden: dict[tuple, str] = {}
-    for item in overrides:
-        keys, value = L._parse_override(item)
-        L._apply_override(data, keys, value, item)
-        overridden[keys] = item
-    if data.get("kind") != "spot_real":
-        raise InputError(label, f"field kind: expected spot_real; got {data.get('kind')!r}")
-    L._resolve_paths(data, source.parent.resolve(), overridden, SPOT_REAL_PATH_FIELDS)
-    try:
-        scenario = SpotRealScenario.model_validate(data)
-    except ValidationError as err:
-        raise L._explain(err, data, lines, label, overridden, SpotRealScenario) from None
-    scenario._source = label
-    return scenario
-
-
-__all__ = [
-    "DEFAULT_SPOT_REAL_SCENARIO",
-    "SPOT_REAL_PATH_FIELDS",
-    "SpotRealScenario",
-    "load_spot_real_scenario",
-]
