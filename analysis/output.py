@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -20,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.results import RunResult
 
@@ -42,11 +42,12 @@ def write_run(
     backend: str,
     result: RunResult,
     metrics: dict[str, float],
-    plots: bool = True,
+    plot: Callable[[Path], object] | None = None,
 ) -> Path:
     """Write a complete run folder at ``out_dir`` (replacing an earlier run there) and return it.
 
-    ``metrics`` must be flat: name -> number. NaN values are written as JSON null.
+    ``metrics`` must be flat: name -> number. NaN values are written as JSON null. ``plot(folder)``
+    draws the kind's PNGs into the folder before it is moved into place.
     """
     bad = {k: v for k, v in metrics.items() if not isinstance(v, int | float | np.number)}
     if bad:
@@ -73,8 +74,8 @@ def write_run(
         }
         text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
         (staging / SUMMARY).write_text(text + "\n", encoding="utf-8")
-        if plots:
-            plot_run(staging)
+        if plot is not None:
+            plot(staging)
         _move_into_place(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

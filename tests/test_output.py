@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from clustertwin.analysis import output as run_output
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.analysis.output import read_run, write_run
@@ -111,7 +111,7 @@ def test_check_tables_names_missing_and_mistyped_columns() -> None:
     assert "table 'events' is missing" in message
 
 
-def write(out: Path, plots: bool = False) -> Path:
+def write(out: Path, plot: Callable[[Path], object] | None = None) -> Path:
     result = small_result()
     return write_run(
         out,
@@ -120,12 +120,12 @@ def write(out: Path, plots: bool = False) -> Path:
         backend="sim",
         result=result,
         metrics=gavel_metrics(result, CLUSTER, PRICES),
-        plots=plots,
+        plot=plot,
     )
 
 
 def test_write_then_read_round_trips(tmp_path: Path) -> None:
-    out = write(tmp_path / "runs" / "small-seed3", plots=True)
+    out = write(tmp_path / "runs" / "small-seed3", plot=plot_run)
     assert sorted(p.name for p in out.iterdir()) == [
         "cluster_usage.png", "events.parquet", "gpu_hours_by_job_type.png", "jct_cdf.png",
         "jobs.parquet", "rounds.parquet", "summary.json",
@@ -145,9 +145,7 @@ def test_write_then_read_round_trips(tmp_path: Path) -> None:
 
 def test_nan_metrics_become_json_null(tmp_path: Path) -> None:
     result = small_result()
-    write_run(
-        tmp_path / "r", scenario={}, seed=0, backend="sim", result=result, metrics={"x": NAN}, plots=False
-    )
+    write_run(tmp_path / "r", scenario={}, seed=0, backend="sim", result=result, metrics={"x": NAN})
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["metrics"] == {"x": None}
 
 
@@ -163,19 +161,17 @@ def fail(*args: object, **kwargs: object) -> None:
     raise RuntimeError("crash while writing")
 
 
-def test_crash_while_writing_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_output, "plot_run", fail)
+def test_crash_while_writing_leaves_no_folder(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
-        write(tmp_path / "run", plots=True)
+        write(tmp_path / "run", plot=fail)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_crash_while_replacing_keeps_the_old_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_while_replacing_keeps_the_old_run(tmp_path: Path) -> None:
     out = write(tmp_path / "run")
     before = (out / "summary.json").read_text()
-    monkeypatch.setattr(run_output, "plot_run", fail)
     with pytest.raises(RuntimeError):
-        write(out, plots=True)
+        write(out, plot=fail)
     assert (out / "summary.json").read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
