@@ -292,7 +292,7 @@ def _compare_report(folder: Path) -> tuple[str, str]:
     ]
     images = sorted(folder.glob("*.png"))
     if images:
-        parts.append("<h2>Per-job real/sim JCT</h2>")
+        parts.append("<h2>Plots</h2>")
         parts.extend(_image_file(path) for path in images)
     per_job = folder / "per_job.csv"
     if per_job.is_file():

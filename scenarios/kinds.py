@@ -7,6 +7,7 @@ of each kind lives here, and ``clustertwin.kinds.register_kind`` registers a new
 (a kind defined in a test file or a notebook then validates through the normal loader). The built-in
 kinds are one grain of the simulator each (DESIGN.md "Fidelity levels"); ``spot_real`` is the Proteus
 runtime twin: a real run whose tables also hold the simulator's prediction of it (``runtime/spot``).
+:class:`ScenarioBase` (name, kind, seed, description) is what every kind's schema extends.
 """
 
 from __future__ import annotations
@@ -14,12 +15,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustertwin.scenarios.flexrr_schema import FLEXRR_PATH_FIELDS, FlexRRScenario
-from clustertwin.scenarios.gavel_schema import PATH_FIELDS, Scenario
+from clustertwin.scenarios.gavel_schema import PATH_FIELDS, Scenario, ScenarioBase
 from clustertwin.scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
 from clustertwin.scenarios.psld_schema import PSLDScenario
 from clustertwin.scenarios.spot_real_schema import SPOT_REAL_PATH_FIELDS, SpotRealScenario
 from clustertwin.scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
 from pydantic import BaseModel
+
+__all__ = [
+    "AnyScenario",
+    "PathFields",
+    "Schema",
+    "ScenarioBase",
+    "register_schema",
+    "schema_for",
+    "schema_kinds",
+    "unregister_schema",
+]
 
 AnyScenario = Scenario | FlexRRScenario | PipeDreamScenario | SpotScenario | PSLDScenario | SpotRealScenario
 
