@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from clustertwin.scenarios.results import RunResult
 
 BACKENDS = ("sim", "real")
+# A backend of a kind, called as (scenario, progress, snapshot_dir).
+Executor = Callable[[Any, Progress | None, Path | None], "RunResult"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ def run(
     return RunOutput(spec.name, scenario, dict(result.tables), metrics, dict(result.info), folder)
 
 
-def _executor(scenario: Any, backend: str) -> Any:
+def _executor(scenario: Any, backend: str) -> Executor:
     """The kind's function for ``backend``, called as ``(scenario, progress, snapshot_dir)``; a backend
     the kind does not have is an InputError."""
     spec = get_kind(scenario.kind)

@@ -63,9 +63,17 @@ def simulate(scenario: QueueScenario, progress, stream: int = 0) -> RunResult:
     return RunResult({"customers": customers, "server": server})
 
 
+SNAPSHOTS: list[Path | None] = []  # where each real run was asked to keep its tables so far
+
+
 def run_real(scenario: QueueScenario, progress, snapshot_dir: Path | None) -> RunResult:
-    """Reality: the same queue drawn from another random stream."""
-    return simulate(scenario, progress, stream=1)
+    """Reality: the same queue drawn from another random stream; it keeps its tables in snapshot_dir."""
+    result = simulate(scenario, progress, stream=1)
+    SNAPSHOTS.append(snapshot_dir)
+    if snapshot_dir is not None:
+        snapshot_dir.mkdir(parents=True)
+        result.tables["customers"].to_parquet(snapshot_dir / "customers.parquet")
+    return result
 
 
 def metrics(scenario: QueueScenario, result: RunResult) -> dict[str, float]:
@@ -126,6 +134,8 @@ def test_a_registered_kind_runs_plots_reports_and_compares(queue: Path, tmp_path
     summary = json.loads((sim / "summary.json").read_text())
     assert summary["scenario"]["kind"] == "queue" and summary["tables"] == {"customers": 40, "server": 1}
     assert (sim / "waits.png").is_file() and not (real / "waits.png").exists()
+    # The real run kept its tables in real.partial, removed once the complete folder was written.
+    assert SNAPSHOTS[-1] == tmp_path / "real.partial" and not SNAPSHOTS[-1].exists()
     sim_wait = summary["metrics"]["mean_wait_s"]
     real_wait = json.loads((real / "summary.json").read_text())["metrics"]["mean_wait_s"]
     assert sim_wait != real_wait  # two random streams
