@@ -23,6 +23,7 @@ import html
 import io
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 REPORT_FILE = "report.html"
+
+# A kind's name -> the function that draws a run folder's plots (None: the kind has none).
+PlotsOf = Callable[[str], Callable[[Path], list[Path]] | None]
 MAX_ROWS = 40
 
 _CSS = """
@@ -61,15 +65,17 @@ window.addEventListener('load', function () {
 """
 
 
-def write_report(folder: str | Path) -> Path:
-    """Write ``folder/report.html`` for a run, sweep or comparison folder and return its path."""
+def write_report(folder: str | Path, plots_of: PlotsOf | None = None) -> Path:
+    """Write ``folder/report.html`` for a run, sweep or comparison folder and return its path.
+
+    ``plots_of`` draws the plots of a run folder written without them (``clustertwin run --no-plots``)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(str(folder), "no such folder")
     if (folder / "sweep.json").is_file():
         title, body = _sweep_report(folder)
     elif (folder / "summary.json").is_file():
-        title, body = _run_report(folder)
+        title, body = _run_report(folder, plots_of)
     elif (folder / "compare.json").is_file():
         title, body = _compare_report(folder)
     else:
@@ -93,12 +99,12 @@ def write_report(folder: str | Path) -> Path:
 # Run folder
 
 
-def _run_report(folder: Path) -> tuple[str, str]:
+def _run_report(folder: Path, plots_of: PlotsOf | None) -> tuple[str, str]:
     summary = _read_json(folder / "summary.json")
     scenario = summary.get("scenario", {})
     images = sorted(folder.glob("*.png"))
-    if not images:
-        images = _replot(folder, scenario.get("kind"))
+    if not images and plots_of is not None:
+        images = _replot(folder, plots_of(str(scenario.get("kind"))))
     parts = [
         _kv_table(
             {
@@ -126,13 +132,9 @@ def _run_report(folder: Path) -> tuple[str, str]:
     return f"Run {scenario.get('name', folder.name)} (seed {summary.get('seed', '?')})", "\n".join(parts)
 
 
-def _replot(folder: Path, kind: Any) -> list[Path]:
+def _replot(folder: Path, plot: Callable[[Path], list[Path]] | None) -> list[Path]:
     """A run folder written with --no-plots: draw its plots now, when its kind has any."""
-    if kind == "gavel":
-        from clustertwin.analysis.gavel_plots import plot_run as plot
-    elif kind == "pipedream":
-        from clustertwin.analysis.pipedream_plots import plot_pipedream_run as plot
-    else:
+    if plot is None:
         return []
     try:
         return sorted(plot(folder))
@@ -290,7 +292,7 @@ def _compare_report(folder: Path) -> tuple[str, str]:
     ]
     images = sorted(folder.glob("*.png"))
     if images:
-        parts.append("<h2>Per-job real/sim JCT</h2>")
+        parts.append("<h2>Plots</h2>")
         parts.extend(_image_file(path) for path in images)
     per_job = folder / "per_job.csv"
     if per_job.is_file():

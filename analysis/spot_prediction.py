@@ -221,6 +221,11 @@ def run_real(
     workdir: Path | None = None,
 ) -> RunResult:
     """Run a spot scenario's ``real:`` section for real (``runtime``), then predict it (the simulator)."""
-    from clustertwin import runtime
+    import tempfile
 
-    return add_prediction(scenario, runtime.run_scenario(scenario, progress, workdir))
+    from clustertwin.runtime.spot import run_real as run_processes
+
+    if workdir is not None:
+        return add_prediction(scenario, run_processes(scenario, workdir, progress))
+    with tempfile.TemporaryDirectory(prefix="clustertwin-spot-") as tmp:
+        return add_prediction(scenario, run_processes(scenario, Path(tmp), progress))

@@ -9,26 +9,20 @@ from __future__ import annotations
 
 import argparse
 import errno
-import math
-import shutil
+import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from clustertwin.kinds import KindSpec, ProfileRequest, find_kind, get_kind, kinds
 from clustertwin.progress import progress_bar
 from clustertwin.scenarios.errors import InputError, RunFailure
-from clustertwin.scenarios.gavel_schema import Scenario
-from clustertwin.scenarios.kinds import AnyScenario
-from clustertwin.scenarios.load import load_scenario, scenario_to_dict
+from clustertwin.scenarios.load import load_scenario, read_kind
 from clustertwin.solver_banner import silence_solver_banner
-
-if TYPE_CHECKING:
-    from clustertwin.runtime.gavel.profile import ProfileRow
 
 EXIT_INPUT = 2
 # Errors that mean a path given by the user is unusable (exit 2, as other bad input); other OSErrors
@@ -176,6 +170,10 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write a self-contained HTML report of a result folder")
     report.add_argument("dir", type=Path, metavar="DIR", help="a run, sweep or comparison folder")
     report.set_defaults(handler=_report)
+
+    listing = commands.add_parser("list", help="the scenario kinds and the policies of every family")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    listing.set_defaults(handler=_list)
     return parser
 
 
@@ -203,54 +201,20 @@ def _add_overrides(command: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from clustertwin.analysis.output import ensure_replaceable, write_run
-    from clustertwin.kinds import ops_for
+    from clustertwin.api import run
 
     scenario = load_scenario(args.scenario, args.overrides)
-    ops = ops_for(scenario.kind)
-    if args.backend == "real":
-        if not ops.has_real:
-            raise InputError(scenario.source, f"--backend real is not available for kind {scenario.kind} yet")
-        if scenario.kind == "gavel" and scenario.real is None:
-            raise InputError(
-                f"{scenario.source}: field real", "--backend real needs the scenario's `real:` section"
-            )
-    _check_policy(scenario)
     suffix = "-real" if args.backend == "real" else ""
     out = args.out or Path("runs") / f"{scenario.name}-seed{scenario.seed}{suffix}"
-    ensure_replaceable(out)
-
-    if args.backend == "real":
-        from clustertwin.runtime import run_scenario
-
-        run_scenario = ops.run_real or run_scenario
-    else:
-        from clustertwin.sim import run_scenario
-
-    started = time.perf_counter()
     verb = "running" if args.backend == "real" else "simulating"
-    partial = out.with_name(out.name + ".partial")
-    extra = {"snapshot_dir": partial} if args.backend == "real" and scenario.kind == "gavel" else {}
     with progress_bar(f"{verb} {scenario.name}", quiet=args.quiet) as progress:
-        result = run_scenario(scenario, progress=progress, **extra)
-    result.info.setdefault("wall_s", time.perf_counter() - started)
-    ops.check_tables(result)
-    metrics = ops.metrics(scenario, result)
-    folder = write_run(
-        out,
-        scenario=scenario_to_dict(scenario),
-        seed=scenario.seed,
-        backend=args.backend,
-        result=result,
-        metrics=metrics,
-        plot=None if args.no_plots else ops.plot,
-    )
-    if partial.exists():  # the complete folder now holds everything the snapshots did
-        shutil.rmtree(partial)
+        output = run(
+            scenario=scenario, backend=args.backend, out=out, progress=progress, plots=not args.no_plots
+        )
     if not args.quiet:
-        gavel = scenario.kind == "gavel"
-        Console().print(_headline(metrics, result.info) if gavel else _metric_table(metrics))
-    print(folder)
+        summary = get_kind(output.kind).summary or _metric_table
+        Console().print(summary(output.metrics, output.info))
+    print(output.folder)
     return 0
 
 
@@ -269,7 +233,9 @@ def _validate(args: argparse.Namespace) -> int:
     if suite_only:
         raise InputError("validate", f"{', '.join(suite_only)} only go with --backend (the fidelity suite)")
     scenario = load_scenario(args.scenario, args.overrides)
-    _check_policy(scenario)
+    check = get_kind(scenario.kind).check
+    if check is not None:
+        check(scenario, "sim")
     print("ok")
     return 0
 
@@ -302,55 +268,52 @@ def _validate_suite(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    import json
-
-    from clustertwin.kinds import ops_for
-
-    summary = args.run_dir / "summary.json"
-    if not summary.is_file():
-        raise InputError(str(args.run_dir), "not a run folder (no summary.json)")
-    kind = json.loads(summary.read_text())["scenario"]["kind"]
-    plot = ops_for(kind).plot
-    if plot is None:
-        raise InputError(str(args.run_dir), f"no plots for scenario kind {kind} yet")
-    for path in plot(args.run_dir):
+    spec = _kind_of_run(args.run_dir)
+    if spec.plot is None:
+        raise InputError(str(args.run_dir), f"no plots for scenario kind {spec.name} yet")
+    for path in spec.plot(args.run_dir):
         print(path)
     return 0
 
 
+def _kind_of_run(run_dir: Path) -> KindSpec:
+    """The kind of the run in a run folder (from its summary.json)."""
+    if not run_dir.is_dir():
+        raise InputError(str(run_dir), "no such folder")
+    summary = run_dir / "summary.json"
+    if not summary.is_file():
+        raise InputError(str(run_dir), "not a run folder (no summary.json)")
+    try:
+        kind = json.loads(summary.read_text(encoding="utf-8"))["scenario"]["kind"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(str(summary), f"cannot read the run's kind: {err}") from None
+    return get_kind(kind)
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"reproduce-{args.name}{'-quick' if args.quick else ''}"
-    if args.name == "flexrr":
-        from clustertwin import reproduce_flexrr
-
-        return reproduce_flexrr.reproduce(args.quick, out, args.workers)
-    if args.name == "proteus":
-        from clustertwin import reproduce_proteus
-
-        return reproduce_proteus.reproduce(args.quick, out)
-    if args.name == "psld":
-        from clustertwin import reproduce_psld
-
-        return reproduce_psld.reproduce(args.quick, out, args.workers)
-    if args.name == "pipedream":
-        from clustertwin import reproduce_pipedream
-
-        return reproduce_pipedream.reproduce(args.quick, out)
-    from clustertwin.reproduce import reproduce
-
-    return reproduce(args.name, args.quick, out=out, workers=args.workers)
+    known: list[str] = []
+    for spec in kinds():
+        if spec.reproduce is None:
+            continue
+        names = list(spec.reproduce.names())
+        if args.name in names:
+            return spec.reproduce.run(args.name, args.quick, out=out, workers=args.workers)
+        known += names
+    raise InputError(f"reproduce {args.name}", f"no such claim set; known: {', '.join(sorted(known))}")
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from clustertwin.analysis.compare import compare_runs, ratio_table, write_comparison
-
-    comparison = compare_runs(args.sim_dir, args.real_dir)
+    spec = _kind_of_run(args.sim_dir)
+    if spec.comparison is None:
+        raise InputError(str(args.sim_dir), f"no sim-vs-real comparison for scenario kind {spec.name} yet")
     out = args.out or args.real_dir / f"compare-vs-{args.sim_dir.resolve().name}"
     # Written before printing, so an unusable --out fails with no half report on the screen.
-    write_comparison(comparison, out)
-    for key, value in comparison.headline().items():
+    compared = spec.comparison.compare(args.sim_dir, args.real_dir, out)
+    for key, value in compared.headline.items():
         print(f"{key}={value}")
-    Console().print(ratio_table(comparison))
+    if compared.details is not None:
+        Console().print(compared.details)
     print(out)
     return 0
 
@@ -373,109 +336,81 @@ def _sweep(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from clustertwin.analysis.report import write_report
 
-    print(write_report(args.dir))
+    def plots_of(kind: str) -> Callable[[Path], list[Path]] | None:
+        spec = find_kind(kind)
+        return spec.plot if spec is not None else None
+
+    print(write_report(args.dir, plots_of))
     return 0
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from clustertwin.runtime.gavel import profile
-
     if args.steps is not None and args.steps < 1:
         raise InputError(f"--steps {args.steps}", "a measured lease needs at least 1 step")
     if args.steps is None and not args.seconds > 0:
         raise InputError(f"--seconds {args.seconds}", "a measured lease needs a positive length")
-    length = {"steps": args.steps} if args.steps is not None else {"seconds": args.seconds}
-    scenario = profile.load_for_profiling(args.scenario, args.overrides)
-    out = args.out or profile.default_output(args.scenario)
-    profile.check_output(out)
-    todo, skipped = profile.plan(scenario)  # every input check, before the first job process starts
-    try:
-        with progress_bar(f"profiling {scenario.name}") as progress:
-            rows = profile.profile_scenario(
-                scenario,
-                **length,
-                progress=progress,
-                under_load=args.under_load,
-                measured_row=_measured,
-                repeats=args.repeats,
-            )
-    except profile.ProfileError as err:  # a job failed: not bad input, but no traceback either
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    written = profile.write_profile(rows, out)
-    per_lease = f"{args.steps} steps" if args.steps is not None else f"{args.seconds:g} s"
-    table = Table(title=f"profile of {scenario.name} ({per_lease} per measured lease)")
-    for column in ("job type", "scale", "worker", "steps/s", "load s", "save s", "start-up s"):
-        table.add_column(column, justify="left" if column in ("job type", "worker") else "right")
-    for r in rows:
+    # Only the kind is read here: profiling may be what writes a file the scenario names.
+    spec = get_kind(read_kind(args.scenario, args.overrides))
+    if spec.profile is None:
+        raise InputError(args.scenario, f"no profiling for scenario kind {spec.name} yet")
+    request = ProfileRequest(
+        args.scenario, tuple(args.overrides), args.out, None if args.steps is not None else args.seconds,
+        args.steps, args.repeats, args.under_load,
+    )  # fmt: skip
+    return spec.profile(request)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from clustertwin.policies.registry import families
+
+    listed = {
+        "kinds": [
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "simulate": spec.simulate is not None,
+                "real": spec.run_real is not None,
+                "reproduce": list(spec.reproduce.names()) if spec.reproduce is not None else [],
+                "bench": spec.bench is not None,
+            }
+            for spec in kinds()
+        ],
+        "families": {
+            family: {
+                "description": registry.description,
+                "entries": {entry.name: entry.description for entry in registry.entries()},
+            }
+            for family, registry in families().items()
+        },
+    }
+    if args.json:
+        print(json.dumps(listed, indent=2))
+        return 0
+    console = Console(width=max(Console().width, 120))
+    table = Table(title="scenario kinds")
+    for column in ("kind", "simulate", "real", "reproduce", "bench", "description"):
+        table.add_column(column)
+    for kind in listed["kinds"]:
         table.add_row(
-            r.job_type, str(r.scale_factor), r.worker_type, f"{r.throughput:.3g}",
-            f"{r.load_s:.3f}", f"{r.save_s:.3f}", f"{r.startup_s:.2f}",
+            kind["name"], _yes(kind["simulate"]), _yes(kind["real"]), ", ".join(kind["reproduce"]) or "-",
+            _yes(kind["bench"]), kind["description"],
         )  # fmt: skip
-    for job_type, sf, worker_type in skipped:
-        table.add_row(job_type, str(sf), worker_type, "too few GPUs", "-", "-", "-")
-    Console().print(table)
-    for path in written:
-        print(path)
+    console.print(table)
+    for family, registry in listed["families"].items():
+        table = Table(title=f"{family}: {registry['description']}")
+        table.add_column("name")
+        table.add_column("description")
+        for name, description in registry["entries"].items():
+            table.add_row(name, description)
+        console.print(table)
     return 0
 
 
-def _measured(row: ProfileRow) -> None:
-    # One line per pair as it is measured: a long profile's log keeps every finished pair if it is cut short.
-    print(
-        f"measured {row.job_type} x{row.scale_factor} on {row.worker_type}: {row.throughput:.4g} steps/s"
-        f" (two leases' difference: {1 / row.two_lease_step_s:.4g}), start-up {row.startup_s:.2f} s,"
-        f" load {row.load_s:.3f} s, save {row.save_s:.3f} s",
-        file=sys.stderr,
-        flush=True,
-    )
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "-"
 
 
-def _check_policy(scenario: AnyScenario) -> None:
-    """Build a Gavel policy once so an unknown name or parameter fails before any work starts."""
-    from clustertwin.policies.registry import make_policy
-
-    if not isinstance(scenario, Scenario):
-        return
-    try:
-        make_policy(scenario.policy.name, **scenario.policy.params)
-    except (KeyError, ValueError) as err:
-        raise InputError(scenario.source, f"field policy: {err.args[0] if err.args else err}") from None
-
-
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.2f} h"
-
-
-# Metric -> label and formatter for the table printed after a run; absent metrics are skipped.
-_HEADLINE: dict[str, tuple[str, Callable[[float], str]]] = {
-    "avg_jct_s": ("average JCT (window)", _hours),
-    "p90_jct_s": ("p90 JCT (window)", _hours),
-    "jobs_completed": ("jobs completed", lambda v: f"{v:.0f}"),
-    "jobs_window_unfinished": ("window jobs unfinished", lambda v: f"{v:.0f}"),
-    "makespan_s": ("makespan", _hours),
-    "utilisation": ("GPU utilisation", lambda v: f"{v:.1%}"),
-    "cost_usd": ("cost", lambda v: f"${v:,.2f}"),
-    "slo_violations": ("SLO violations", lambda v: f"{v:.0f}"),
-    "num_rounds": ("rounds", lambda v: f"{v:.0f}"),
-}
-
-
-def _headline(metrics: dict[str, float], info: dict[str, float | int | str]) -> Table:
-    table = Table(title="result", show_header=False)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, (label, show) in _HEADLINE.items():
-        if key in metrics:
-            value = metrics[key]
-            table.add_row(label, "-" if math.isnan(value) else show(value))
-    wall = info.get("wall_s")
-    if isinstance(wall, int | float):
-        table.add_row("wall time", f"{wall:.1f} s")
-    return table
-
-
-def _metric_table(metrics: dict[str, float]) -> Table:
+def _metric_table(metrics: dict[str, float], info: dict[str, Any]) -> Table:
     table = Table(title="metrics")
     table.add_column("metric")
     table.add_column("value", justify="right")

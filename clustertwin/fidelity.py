@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,10 +33,11 @@ from rich.console import Console
 from rich.table import Table
 
 from clustertwin.analysis.atomic import write_text
+from clustertwin.kinds.gavel import COMPARED as GAVEL_COMPARED
 from clustertwin.progress import ProgressCallback, progress_bar
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.kinds import AnyScenario
-from clustertwin.scenarios.load import load_scenario, scenario_to_dict
+from clustertwin.scenarios.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "scenarios" / "validation" / "suite.yaml"
@@ -71,13 +71,6 @@ EXPERIMENTS: dict[str, Experiment] = {
             "peak_gib": ("sim_peak_gib", "real_peak_gib"),
         },
     ),
-}
-
-# Gavel's compared metrics: the names a suite entry uses -> the (sim, real) fields of analysis/compare.py.
-_GAVEL_COMPARED = {
-    "avg_jct_s": ("avg_jct_sim_s", "avg_jct_real_s"),
-    "makespan_s": ("makespan_sim_s", "makespan_real_s"),
-    "utilisation": ("utilisation_sim", "utilisation_real"),
 }
 
 
@@ -198,9 +191,9 @@ def _check_experiment_case(entry: _CaseSpec, scenario: AnyScenario, where: str) 
         raise InputError(where, "runner gavel_gpu_experiment takes only policy.* overrides")
     if scenario.policy.name not in ("las", "ftf"):
         raise InputError(where, f"the GPU experiment runs policies las and ftf, not {scenario.policy.name}")
-    unknown = [name for name in entry.metrics if name not in _GAVEL_COMPARED]
+    unknown = [name for name in entry.metrics if name not in GAVEL_COMPARED]
     if unknown:
-        raise InputError(where, f"the GPU experiment compares {', '.join(_GAVEL_COMPARED)}; not {unknown}")
+        raise InputError(where, f"the GPU experiment compares {', '.join(GAVEL_COMPARED)}; not {unknown}")
 
 
 def _check_experiment_script(entry: _CaseSpec, where: str) -> None:
@@ -352,19 +345,12 @@ def _run_case(case: Case, case_dir: Path, step: ProgressCallback, from_dir: Path
 
 
 def _run_with_prediction(case: Case, case_dir: Path, step: ProgressCallback) -> dict[str, Any]:
-    """A real run whose own tables carry the simulator's prediction of it (``kind: spot`` with a
-    ``real:`` section: the prediction is anchored on the measured step rate, so it cannot run first):
-    metric ``m`` is compared with ``predicted_m`` of the same summary."""
-    from clustertwin import runtime
+    """A real run whose own tables carry the simulator's prediction of it (a spot run with a ``real:``
+    section: the prediction is anchored on the measured step rate, so it cannot run first): metric ``m``
+    is compared with ``predicted_m`` of the same summary."""
     from clustertwin.analysis.compare import relative_error
-    from clustertwin.kinds import ops_for
 
-    run_for_real = ops_for(case.kind).run_real or runtime.run_scenario
-
-    def real_run(scenario: AnyScenario, progress: ProgressCallback) -> Any:
-        return run_for_real(scenario, progress=progress)
-
-    metrics = _run_and_write(case, case_dir / "real", "real", real_run, step)
+    metrics = _run_and_write(case, case_dir / "real", "real", step)
     missing = [m for m in case.metrics if m not in metrics or f"predicted_{m}" not in metrics]
     if missing:
         raise InputError(
@@ -379,89 +365,44 @@ def _run_with_prediction(case: Case, case_dir: Path, step: ProgressCallback) -> 
 
 def _run_twin(case: Case, case_dir: Path, step: ProgressCallback) -> dict[str, Any]:
     """Simulate the case (seconds; checks the metric names), then run it for real, then compare."""
-    from clustertwin import runtime, sim
     from clustertwin.analysis.compare import relative_error
+    from clustertwin.kinds import get_kind
 
+    spec = get_kind(case.kind)
     sim_dir = case_dir / "sim"
-    sim_metrics = _run_and_write(
-        case, sim_dir, "sim", sim.run_scenario, lambda f, t: step(0.1 * f, f"sim {t}")
-    )
-    unknown = [name for name in case.metrics if name not in sim_metrics and name not in _compared(case)]
+    sim_metrics = _run_and_write(case, sim_dir, "sim", lambda f, t: step(0.1 * f, f"sim {t}"))
+    compared = spec.comparison.metrics if spec.comparison is not None else ()
+    unknown = [name for name in case.metrics if name not in sim_metrics and name not in compared]
     if unknown:
         raise InputError(
             f"case {case.name}: field metrics",
             f"no metric {', '.join(unknown)} for kind {case.kind}; it has {', '.join(sorted(sim_metrics))}",
         )
-
-    extra: dict[str, Any] = {}
-    if case.kind == "gavel":
-        extra["snapshot_dir"] = case_dir / "real.partial"
-
-    def real_run(scenario: AnyScenario, progress: ProgressCallback) -> Any:
-        return runtime.run_scenario(scenario, progress=progress, **extra)
-
-    try:
-        real_metrics = _run_and_write(
-            case, case_dir / "real", "real", real_run, lambda f, t: step(0.1 + 0.9 * f, f"real {t}")
-        )
-    except NotImplementedError as err:
+    if spec.run_real is None:
         rows = [_row(name, sim_metrics.get(name, math.nan), math.nan, math.nan) for name in case.metrics]
-        return {"status": NO_REAL_BACKEND, "note": str(err), "rows": rows, "sim_dir": str(sim_dir)}
+        note = f"no real runtime for scenario kind {case.kind!r} yet"
+        return {"status": NO_REAL_BACKEND, "note": note, "rows": rows, "sim_dir": str(sim_dir)}
 
+    real_dir = case_dir / "real"
+    real_metrics = _run_and_write(case, real_dir, "real", lambda f, t: step(0.1 + 0.9 * f, f"real {t}"))
     pairs = {
         name: (sim_metrics.get(name, math.nan), real_metrics.get(name, math.nan)) for name in case.metrics
     }
-    record: dict[str, Any] = {"status": "ok", "sim_dir": str(sim_dir), "real_dir": str(case_dir / "real")}
-    if case.kind == "gavel":
-        from clustertwin.analysis.compare import compare_runs, write_comparison
-
-        comparison = compare_runs(sim_dir, case_dir / "real")
-        write_comparison(comparison, case_dir / "compare")
-        figures = comparison.headline()
-        for name, (sim_key, real_key) in _GAVEL_COMPARED.items():
-            if name in pairs:
-                pairs[name] = (float(figures[sim_key]), float(figures[real_key]))
+    record: dict[str, Any] = {"status": "ok", "sim_dir": str(sim_dir), "real_dir": str(real_dir)}
+    if spec.comparison is not None:
+        comparison = spec.comparison.compare(sim_dir, real_dir, case_dir / "compare")
+        pairs.update({name: pair for name, pair in comparison.pairs.items() if name in pairs})
         record["compare_dir"] = str(case_dir / "compare")
-        record["jobs_compared"] = comparison.jobs_compared
     record["rows"] = [_row(name, s, r, relative_error(s, r)) for name, (s, r) in pairs.items()]
     return record
 
 
-def _compared(case: Case) -> tuple[str, ...]:
-    return tuple(_GAVEL_COMPARED) if case.kind == "gavel" else ()
+def _run_and_write(case: Case, folder: Path, backend: str, progress: ProgressCallback) -> dict[str, float]:
+    """Run the case's scenario on ``backend`` and write its run folder, as ``clustertwin run`` does."""
+    from clustertwin.api import run
 
-
-def _run_and_write(
-    case: Case,
-    folder: Path,
-    backend: str,
-    execute: Callable[[AnyScenario, ProgressCallback], Any],
-    progress: ProgressCallback,
-) -> dict[str, float]:
-    """Run the case's scenario with ``execute`` and write a run folder, as ``clustertwin run`` does."""
-    import shutil
-
-    from clustertwin.analysis.output import write_run
-    from clustertwin.kinds import ops_for
-
-    ops = ops_for(case.kind)
-    started = time.perf_counter()
-    result = execute(case.scenario, progress)
-    result.info.setdefault("wall_s", time.perf_counter() - started)
-    ops.check_tables(result)
-    metrics = ops.metrics(case.scenario, result)
-    write_run(
-        folder,
-        scenario=scenario_to_dict(case.scenario),
-        seed=case.scenario.seed,
-        backend="real" if backend == "real" else "sim",
-        result=result,
-        metrics=metrics,
-    )
-    partial = folder.with_name(folder.name + ".partial")
-    if partial.exists():  # the complete folder now holds everything the snapshots did
-        shutil.rmtree(partial)
-    return {name: float(value) for name, value in metrics.items()}
+    output = run(scenario=case.scenario, backend=backend, out=folder, progress=progress, plots=False)
+    return {name: float(value) for name, value in output.metrics.items()}
 
 
 def _run_gpu_experiment(
@@ -493,7 +434,7 @@ def _run_gpu_experiment(
     figures = json.loads(compared.read_text(encoding="utf-8"))
     rows = []
     for name in case.metrics:
-        sim_key, real_key = _GAVEL_COMPARED[name]
+        sim_key, real_key = GAVEL_COMPARED[name]
         s, r = _number(figures.get(sim_key)), _number(figures.get(real_key))
         rows.append(_row(name, s, r, relative_error(s, r)))
     return {

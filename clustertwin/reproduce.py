@@ -51,10 +51,10 @@ def simulate(spec: RunSpec) -> dict[str, float]:
     """One simulation's flat metrics (runs in a worker process)."""
     from clustertwin.analysis.gavel_metrics import gavel_metrics
     from clustertwin.scenarios.load import load_scenario
-    from clustertwin.sim import run_scenario
+    from clustertwin.sim.gavel.setup import run
 
     scenario = load_scenario(spec.scenario, spec.overrides)
-    result = run_scenario(scenario)
+    result = run(scenario)
     prices = scenario.cluster.prices
     metrics = gavel_metrics(result, dict(scenario.cluster.gpus), dict(prices) if prices else None)
     metrics["wall_s"] = float(result.info["wall_s"])

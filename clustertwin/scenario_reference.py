@@ -57,9 +57,9 @@ def render(schemas: dict[str, type[BaseModel]]) -> str:
 
 
 def builtin_schemas() -> dict[str, type[BaseModel]]:
-    from clustertwin.scenarios.kinds import KINDS
+    from clustertwin.kinds import kinds
 
-    return {kind: model for kind, (model, _) in KINDS.items()}
+    return {spec.name: spec.schema for spec in kinds()}
 
 
 def _fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, FieldInfo, str]]:

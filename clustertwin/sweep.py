@@ -143,7 +143,7 @@ def _validated(
 ) -> AnyScenario:
     try:
         scenario = load_scenario(scenario_path, point.overrides)
-        _check_policy(scenario)
+        _check(scenario)
     except InputError as err:
         culprit = next((item for item in point.overrides if err.where.endswith(f"--set {item}")), None)
         if culprit is None and err.message.startswith("field policy"):  # from building the policy
@@ -154,16 +154,13 @@ def _validated(
     return scenario
 
 
-def _check_policy(scenario: AnyScenario) -> None:
-    """A Gavel policy is built once, so an unknown name or parameter fails before the sweep starts."""
-    if scenario.kind != "gavel":
-        return
-    from clustertwin.policies.registry import make_policy
+def _check(scenario: AnyScenario) -> None:
+    """The kind's input checks (a policy that cannot be built, say) fail before the sweep starts."""
+    from clustertwin.kinds import get_kind
 
-    try:
-        make_policy(scenario.policy.name, **scenario.policy.params)
-    except (KeyError, ValueError) as err:
-        raise InputError(scenario.source, f"field policy: {err.args[0] if err.args else err}") from None
+    check = get_kind(scenario.kind).check
+    if check is not None:
+        check(scenario, "sim")
 
 
 def _where(label: str, lines: dict, path: tuple) -> str:
@@ -180,13 +177,9 @@ def _where(label: str, lines: dict, path: tuple) -> str:
 
 def simulate(scenario: AnyScenario) -> dict[str, float]:
     """One simulation's flat metrics: the default runner of a sweep (runs in a Ray worker)."""
-    from clustertwin.kinds import ops_for
-    from clustertwin.sim import run_scenario
+    from clustertwin.api import run
 
-    ops = ops_for(scenario.kind)
-    result = run_scenario(scenario)
-    ops.check_tables(result)
-    return ops.metrics(scenario, result)
+    return run(scenario=scenario).metrics
 
 
 _BANNER_SILENCED = False

@@ -106,10 +106,11 @@ def write_trace(path: Path, scale: float, throughput: dict[str, float]) -> None:
 def simulated_makespan(overrides: list[str]) -> float:
     from clustertwin.analysis.gavel_metrics import gavel_metrics
     from clustertwin.scenarios.load import load_scenario
-    from clustertwin.sim import run_scenario
+
+    from clustertwin.api import simulate
 
     scenario = load_scenario(SCENARIO, overrides)
-    return float(gavel_metrics(run_scenario(scenario), dict(scenario.cluster.gpus))["makespan_s"])
+    return float(gavel_metrics(simulate(scenario), dict(scenario.cluster.gpus))["makespan_s"])
 
 
 def profile_csv(work: Path, policy: str) -> Path:

@@ -32,7 +32,8 @@ import pandas as pd  # noqa: E402
 from clustertwin.analysis.atomic import write_atomically, write_text  # noqa: E402
 from clustertwin.analysis.gavel_market import market_metrics  # noqa: E402
 from clustertwin.scenarios.load import load_scenario  # noqa: E402
-from clustertwin.sim import run_scenario  # noqa: E402
+
+from clustertwin.api import simulate  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "gavel" / "spot-whatif.yaml"
 TYPES = ("v100", "k80")
@@ -79,7 +80,7 @@ def run_grid(scenario: Path = SCENARIO) -> pd.DataFrame:
     for fleet, bid, policy, sets in variants():
         loaded = load_scenario(scenario, sets)
         started = time.perf_counter()
-        result = run_scenario(loaded)
+        result = simulate(loaded)
         metrics = market_metrics(result, dict(loaded.cluster.gpus))
         rows.append(
             {"fleet": fleet, "bid": bid, "policy": policy, **{k: metrics[k] for k in COLUMNS}}

@@ -60,20 +60,15 @@ class ClaimSet(BaseModel):
     claims: list[Claim]
 
 
-# Claim sets whose claims are not ratios of two runs live in code (clustertwin/reproduce_<name>.py).
-CODED_CLAIM_SETS = ("flexrr", "pipedream", "proteus", "psld")
-
-
-def available_claim_sets() -> list[str]:
-    return sorted([*(p.stem for p in CLAIMS_DIR.glob("*.yaml")), *CODED_CLAIM_SETS])
+def claim_set_names() -> list[str]:
+    """The claim sets that are data files (other kinds' claims, not ratios of two runs, live in code)."""
+    return sorted(p.stem for p in CLAIMS_DIR.glob("*.yaml"))
 
 
 def load_claims(name: str) -> ClaimSet:
     path = CLAIMS_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise InputError(
-            f"reproduce {name}", f"no such claim set; known: {', '.join(available_claim_sets())}"
-        )
+        raise InputError(f"reproduce {name}", f"no such claim set; known: {', '.join(claim_set_names())}")
     try:
         return ClaimSet.model_validate(yaml.safe_load(path.read_text()))
     except (yaml.YAMLError, ValidationError) as err:

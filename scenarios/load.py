@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 from clustertwin.scenarios.errors import InputError
-from clustertwin.scenarios.kinds import KINDS, AnyScenario
+from clustertwin.scenarios.kinds import AnyScenario, Schema, schema_for, schema_kinds
 from pydantic import BaseModel, ValidationError
 
 DEFAULT_SCENARIO = Path(__file__).with_name("gavel-default.yaml")
@@ -30,6 +30,32 @@ def load_scenario(path: str | Path | None, overrides: Sequence[str] = ()) -> Any
     relative to the file's folder; relative paths given in an override are relative to the working
     directory.
     """
+    source, data, lines, overridden = _read(path, overrides)
+    schema = _kind(data, lines, str(source), overridden)
+    _resolve_paths(data, source.parent.resolve(), overridden, schema.path_fields)
+    model, label = schema.model, str(source)
+
+    try:
+        # The context marks input written by a user (a file and its --set overrides), as opposed to a
+        # scenario re-validated after a round trip, where every field looks explicitly given.
+        scenario = model.model_validate(data, context={"user_input": True})
+    except ValidationError as err:
+        raise _explain(err, data, lines, label, overridden, model) from None
+    scenario._source = label
+    return scenario  # type: ignore[return-value]
+
+
+def read_kind(path: str | Path | None, overrides: Sequence[str] = ()) -> str:
+    """The registered kind that a scenario file (after its overrides) names, without validating the rest."""
+    source, data, lines, overridden = _read(path, overrides)
+    _kind(data, lines, str(source), overridden)
+    return data["kind"]
+
+
+def _read(
+    path: str | Path | None, overrides: Sequence[str]
+) -> tuple[Path, dict[str, Any], dict[FieldPath, int], dict[FieldPath, str]]:
+    """The file's data with the overrides applied, its line map, and the overrides by field path."""
     source = DEFAULT_SCENARIO if path is None else Path(path)
     label = str(source)
     try:
@@ -48,31 +74,22 @@ def load_scenario(path: str | Path | None, overrides: Sequence[str] = ()) -> Any
         keys, value = _parse_override(item)
         _apply_override(data, keys, value, item)
         overridden[keys] = item
-    model, path_fields = _kind(data, lines, label, overridden)
-    _resolve_paths(data, source.parent.resolve(), overridden, path_fields)
-
-    try:
-        # The context marks input written by a user (a file and its --set overrides), as opposed to a
-        # scenario re-validated after a round trip, where every field looks explicitly given.
-        scenario = model.model_validate(data, context={"user_input": True})
-    except ValidationError as err:
-        raise _explain(err, data, lines, label, overridden, model) from None
-    scenario._source = label
-    return scenario  # type: ignore[return-value]
+    return source, data, lines, overridden
 
 
 def _kind(
     data: dict[str, Any], lines: dict[FieldPath, int], label: str, overridden: dict[FieldPath, str]
-) -> tuple[type[BaseModel], dict[str, tuple[str, ...]]]:
+) -> Schema:
     """The schema that the scenario's ``kind`` names."""
     kind = data.get("kind")
-    if kind in KINDS:
-        return KINDS[kind]
+    schema = schema_for(kind)
+    if schema is not None:
+        return schema
     where = f"{label}: --set {overridden[('kind',)]}" if ("kind",) in overridden else label
     if ("kind",) in lines and ("kind",) not in overridden:
         where = f"{label}:{lines[('kind',)]}"
     got = "required field is missing" if kind is None else f"got {kind!r}"
-    raise InputError(where, f"field kind: expected one of {', '.join(KINDS)}; {got}")
+    raise InputError(where, f"field kind: expected one of {', '.join(schema_kinds())}; {got}")
 
 
 def scenario_to_dict(scenario: AnyScenario) -> dict[str, Any]:

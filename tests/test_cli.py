@@ -6,6 +6,7 @@ import io
 import json
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from clustertwin.scenarios.gavel_schema import Scenario
 from rich.console import Console
 from test_output import small_result
 
-from clustertwin import sim
+from clustertwin import kinds
 from clustertwin.cli import main
 from clustertwin.progress import progress_bar
 
@@ -34,7 +35,7 @@ policy:
 
 
 class FakeSim:
-    """Stands in for ``sim.run_scenario``; optionally fails the way a real run can."""
+    """Stands in for kind gavel's simulator; optionally fails the way a real run can."""
 
     def __init__(self, error: BaseException | None = None) -> None:
         self.error = error
@@ -48,10 +49,14 @@ class FakeSim:
         return small_result()
 
 
+def use_simulator(monkeypatch: pytest.MonkeyPatch, fake: FakeSim) -> None:
+    monkeypatch.setitem(kinds.KINDS, "gavel", replace(kinds.get_kind("gavel"), simulate=fake))
+
+
 @pytest.fixture
 def fake_sim(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeSim:
     fake = FakeSim()
-    monkeypatch.setattr(sim, "run_scenario", fake)
+    use_simulator(monkeypatch, fake)
     monkeypatch.setattr(policy_registry, "make_policy", lambda name, **params: object())
     monkeypatch.chdir(tmp_path)
     return fake
@@ -117,7 +122,7 @@ def test_bad_input_exits_2_naming_file_and_field(
 
 def test_unknown_policy_fails_before_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     fake = FakeSim()
-    monkeypatch.setattr(sim, "run_scenario", fake)
+    use_simulator(monkeypatch, fake)
     path = scenario_file(tmp_path, VALID.replace("name: las", "name: no-such-policy"))
     assert main(["run", path, "--out", str(tmp_path / "out")]) == 2
     assert f"error: {path}: field policy: unknown policy 'no-such-policy'" in capsys.readouterr().err
@@ -146,7 +151,7 @@ def test_output_folder_that_is_not_a_run_is_refused_before_running(
 def test_failures_during_the_run_write_nothing(
     monkeypatch: pytest.MonkeyPatch, fake_sim: FakeSim, tmp_path: Path, error: BaseException, code: int
 ) -> None:
-    monkeypatch.setattr(sim, "run_scenario", FakeSim(error))
+    use_simulator(monkeypatch, FakeSim(error))
     assert main(["run", scenario_file(tmp_path), "--out", str(tmp_path / "out")]) == code
     assert not (tmp_path / "out").exists()
 
@@ -169,15 +174,18 @@ def test_plot_lists_the_pngs(fake_sim: FakeSim, tmp_path: Path, capsys) -> None:
     assert main(["plot", str(tmp_path)]) == 2
 
 
-def test_reproduce_and_bench_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reproduce_and_bench_dispatch(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     calls = []
     reproduce = types.SimpleNamespace(reproduce=lambda name, quick, **_: calls.append((name, quick)) or 1)
-    bench = types.SimpleNamespace(bench=lambda name: calls.append(name) or 0)
+    bench = types.SimpleNamespace(bench_gavel=lambda emit: calls.append("bench") or emit("key", 1))
     monkeypatch.setitem(sys.modules, "clustertwin.reproduce", reproduce)
-    monkeypatch.setitem(sys.modules, "clustertwin.bench", bench)
+    monkeypatch.setitem(sys.modules, "clustertwin.bench_gavel", bench)
     assert main(["reproduce", "gavel", "--quick"]) == 1
-    assert main(["bench", "gavel-default"]) == 0
-    assert calls == [("gavel", True), "gavel-default"]
+    assert main(["bench", "gavel"]) == 0
+    assert calls == [("gavel", True), "bench"]
+    assert capsys.readouterr().out == "key=1\n"
+    assert main(["bench", "spot"]) == 2  # a kind without a benchmark
+    assert "unknown benchmark; known: gavel, flexrr, pipedream" in capsys.readouterr().err
 
 
 def test_progress_bar_draws_only_on_a_terminal() -> None:

@@ -31,7 +31,7 @@ NAN = math.nan
 def write(out: Path, result: RunResult, backend: str) -> Path:
     return write_run(
         out,
-        scenario={"name": "small", "cluster": {"gpus": CLUSTER}},
+        scenario={"name": "small", "kind": "gavel", "cluster": {"gpus": CLUSTER}},
         seed=3,
         backend=backend,
         result=result,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from clustertwin.scenarios.errors import InputError
 
-from clustertwin import fidelity, runtime, sim
+from clustertwin import fidelity, kinds
 from clustertwin.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,6 +19,11 @@ FLEXRR = ROOT / "scenarios" / "validation" / "flexrr-real-cpu.yaml"
 GPU_RESULTS = ROOT / "docs" / "results" / "gpu-2026-11-26"
 # A real run of a few seconds: 4 worker processes, 2 iterations of 40 items at 0.25 s each.
 TINY = ["iterations=2", "items_per_worker=40", "iteration_s=0.25", "rr.message_checks=4"]
+
+
+def use_flexrr(monkeypatch: pytest.MonkeyPatch, **changes) -> None:
+    """Kind flexrr with its simulator or real runner replaced for the test."""
+    monkeypatch.setitem(kinds.KINDS, "flexrr", replace(kinds.get_kind("flexrr"), **changes))
 
 
 def write_suite(tmp_path: Path, cases: list[dict], backend: str = "cpu") -> Path:
@@ -72,8 +78,7 @@ def test_suite_compares_real_and_sim_then_skips_finished_cases(
     def crash(*args, **kwargs):
         raise RuntimeError("boom: should not have run")
 
-    monkeypatch.setattr(sim, "run_scenario", crash)
-    monkeypatch.setattr(runtime, "run_scenario", crash)
+    use_flexrr(monkeypatch, simulate=crash, run_real=crash)
     result = out / "cases" / "flexrr-bsp" / fidelity.RESULT
     before = result.read_text()
     assert main(suite_args(suite, out)) == 0
@@ -94,13 +99,14 @@ def test_suite_compares_real_and_sim_then_skips_finished_cases(
 def test_a_kind_without_real_backend_is_reported_not_crashed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    simulate = kinds.get_kind("flexrr").simulate
     calls = []
 
-    def no_real(scenario, **kwargs):
+    def counted(scenario, progress):
         calls.append(scenario.name)
-        raise NotImplementedError(f"no real runtime for scenario kind {scenario.kind!r} yet")
+        return simulate(scenario, progress)
 
-    monkeypatch.setattr(runtime, "run_scenario", no_real)
+    use_flexrr(monkeypatch, simulate=counted, run_real=None)
     suite = write_suite(tmp_path, [flexrr_case("later", "flexrr", metrics=["makespan_s"])])
     out = tmp_path / "out"
     assert main(suite_args(suite, out)) == 0
@@ -108,7 +114,7 @@ def test_a_kind_without_real_backend_is_reported_not_crashed(
     assert row["note"] == fidelity.NO_REAL_BACKEND
     assert row["sim"] > 0 and row["real"] is None and row["error"] is None
     assert "no real backend" in capsys.readouterr().out
-    # Not kept as finished: the next run asks the runtime again (it may have a backend by then).
+    # Not kept as finished: the next run runs the case again (the kind may have a backend by then).
     assert main(suite_args(suite, out)) == 0
     assert calls == ["flexrr-real-cpu", "flexrr-real-cpu"]
 
@@ -225,7 +231,7 @@ def test_validate_needs_exactly_one_of_scenario_or_backend(
 def test_a_bad_suite_file_stops_before_anything_runs(
     cases: list[dict], expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    monkeypatch.setattr(sim, "run_scenario", lambda *a, **k: pytest.fail("ran"))
+    use_flexrr(monkeypatch, simulate=lambda *a, **k: pytest.fail("ran"))
     out = tmp_path / "out"
     assert main(suite_args(write_suite(tmp_path, cases), out)) == 2
     assert expected in capsys.readouterr().err

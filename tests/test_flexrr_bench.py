@@ -10,6 +10,7 @@ import pytest
 
 import clustertwin.bench_flexrr as bench_flexrr
 from clustertwin.bench import bench
+from clustertwin.cli import main
 
 SMALL = (
     "cluster.machines=2",
@@ -39,5 +40,5 @@ def test_bench_flexrr_returns_what_it_emits() -> None:
 
 
 def test_bench_unknown_name_lists_flexrr(capsys) -> None:
-    assert bench("nope") == 2
+    assert main(["bench", "nope"]) == 2
     assert "flexrr" in capsys.readouterr().err

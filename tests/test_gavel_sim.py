@@ -11,10 +11,10 @@ import pytest
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.scenarios.gavel_workload import load_table, trace_jobs
 from clustertwin.scenarios.load import load_scenario
-from clustertwin.sim import run_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clustertwin.api import simulate
 from clustertwin.cli import main
 
 TRACE_LINE = (
@@ -102,10 +102,10 @@ def _log_digest(tables: dict[str, pd.DataFrame]) -> str:
 @pytest.mark.parametrize("policy", ["las", "ftf", "fifo", "makespan"])
 def test_same_scenario_and_seed_give_an_identical_event_log(tmp_path: Path, policy: str) -> None:
     overrides = [f"policy.name={policy}"]
-    first = run_scenario(load_scenario(scenario(tmp_path), overrides))
-    second = run_scenario(load_scenario(scenario(tmp_path), overrides))
+    first = simulate(load_scenario(scenario(tmp_path), overrides))
+    second = simulate(load_scenario(scenario(tmp_path), overrides))
     assert _log_digest(first.tables) == _log_digest(second.tables)
-    other_seed = run_scenario(load_scenario(scenario(tmp_path), [*overrides, "seed=4"]))
+    other_seed = simulate(load_scenario(scenario(tmp_path), [*overrides, "seed=4"]))
     assert _log_digest(first.tables) != _log_digest(other_seed.tables)
 
 
@@ -162,9 +162,9 @@ def test_simulation_invariants(
     if max(j.scale_factor for j in jobs) > max(counts.values()):
         # A job larger than every GPU type would never fit: the run must refuse rather than start.
         with pytest.raises(Exception, match="GPUs"):
-            run_scenario(scen)
+            simulate(scen)
         return
-    result = run_scenario(scen)
+    result = simulate(scen)
     check_invariants(result.tables, counts, scen.mechanism.round_s)
     metrics = gavel_metrics(result, counts)
     assert metrics["jobs_completed"] == len(result.tables["jobs"])
@@ -173,7 +173,7 @@ def test_simulation_invariants(
 def test_space_sharing_runs_pairs_within_capacity(tmp_path: Path) -> None:
     overrides = ["policy.params={aware: true, space_sharing: true}", "workload.generate.jobs_per_hour=30"]
     scen = load_scenario(scenario(tmp_path), overrides)
-    result = run_scenario(scen)
+    result = simulate(scen)
     rounds = result.tables["rounds"]
     assert (rounds["shared_with"] >= 0).any(), "space sharing never paired two jobs"
     check_invariants(result.tables, dict(scen.cluster.gpus), scen.mechanism.round_s)
@@ -182,8 +182,8 @@ def test_space_sharing_runs_pairs_within_capacity(tmp_path: Path) -> None:
 def test_ideal_mechanism_tracks_the_round_mechanism(tmp_path: Path) -> None:
     """§5.7 Fig. 5.15b: with 6-minute rounds Gavel behaves almost like exact time fractions."""
     path = scenario(tmp_path, gpus="{v100: 4, p100: 4, k80: 4}")
-    rounds = run_scenario(load_scenario(path))
-    ideal = run_scenario(load_scenario(path, ["mechanism.ideal=true"]))
+    rounds = simulate(load_scenario(path))
+    ideal = simulate(load_scenario(path, ["mechanism.ideal=true"]))
     jct = [(r.tables["jobs"]["completion_s"] - r.tables["jobs"]["arrival_s"]).mean() for r in (rounds, ideal)]
     assert ideal.tables["jobs"]["completion_s"].notna().all()
     assert abs(jct[0] - jct[1]) / jct[1] < 0.25
@@ -224,7 +224,7 @@ def test_estimated_colocation_plans_pairs_and_moves_jobs_at_true_speeds(tmp_path
         "mechanism.estimate_colocation=0.3",
     ]
     scen = load_scenario(scenario(tmp_path), overrides)
-    result = run_scenario(scen)
+    result = simulate(scen)
     check_invariants(result.tables, dict(scen.cluster.gpus), scen.mechanism.round_s)
     assert (result.tables["rounds"]["shared_with"] >= 0).any()
 
@@ -236,7 +236,7 @@ def test_restart_overhead_is_charged_per_worker_type_and_spared_by_renewal(tmp_p
     path = scenario(tmp_path, trace_file(tmp_path, rows), gpus="{v100: 2, k80: 1}")
     path.write_text(path.read_text().replace("gpus_per_server: 4", "gpus_per_server: 1"))
     overhead = ["mechanism.overhead_model=restart", "mechanism.preemption_overhead_s={v100: 36, k80: 0}"]
-    rounds = run_scenario(load_scenario(path, overhead)).tables["rounds"]
+    rounds = simulate(load_scenario(path, overhead)).tables["rounds"]
     rounds = rounds[rounds["end_s"] - rounds["start_s"] >= 360 - 1e-6]  # whole rounds only
     v100, k80 = rounds[rounds["worker_type"] == "v100"], rounds[rounds["worker_type"] == "k80"]
     full = v100.loc[v100["renewed"], "steps"]
@@ -252,7 +252,7 @@ def test_a_job_arriving_as_a_round_starts_is_planned_in_that_round(tmp_path: Pat
     rows = [TRACE_LINE.format(steps=10**6, sf=1, arrival=t) for t in (0, 30, 360)]
     path = scenario(tmp_path, trace_file(tmp_path, rows), gpus="{v100: 4}")
     scen = load_scenario(path, ["mechanism.min_reset_interval_s=0"])
-    jobs = run_scenario(scen).tables["jobs"].set_index("job_id")
+    jobs = simulate(scen).tables["jobs"].set_index("job_id")
     assert jobs.loc[2, "first_start_s"] == 360.0
     assert jobs.loc[1, "first_start_s"] == 360.0  # an arrival between boundaries waits for the next
 
@@ -280,7 +280,7 @@ def _planned_run(tmp_path: Path, planned: str | None, monkeypatch: pytest.Monkey
     sets = [f"throughputs={_table(tmp_path / 'truth.csv', 2.0, 0.5)}", "policy.params={aware: true}"]
     if planned is not None:
         sets.append(f"mechanism.planned_throughputs={planned}")
-    return run_scenario(load_scenario(path, sets)).tables, seen
+    return simulate(load_scenario(path, sets)).tables, seen
 
 
 def test_a_policy_that_plans_from_another_table_learns_the_true_rates(

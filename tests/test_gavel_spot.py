@@ -20,7 +20,6 @@ from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionI
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import check_tables
-from clustertwin.sim import run_scenario
 from clustertwin.sim.gavel.market import Lease, MarketHook, Worker, spot_leases
 from clustertwin.sim.spot.billing import billing_model, lifetime_bill
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
@@ -28,6 +27,8 @@ from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from clustertwin.api import simulate
 
 OD_V100 = 3.06  # p3.2xlarge on demand, $/h (traces/data/spot/on_demand_us-east-1.csv)
 MARKET = ("p3.2xlarge", "us-east-1b")
@@ -230,7 +231,7 @@ def test_eviction_preempts_the_job_and_loses_the_progress_since_its_checkpoint(t
         tmp_path,
         [("2020-02-20T00:00:00Z", 1.0), ("2020-02-20T00:13:20Z", 5.0), ("2020-02-20T00:50:00Z", 1.0)],
     )
-    result = run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
+    result = simulate(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
     check_tables(result)
     pre, ev, rounds = result.tables["preemptions"], result.tables["evictions"], result.tables["rounds"]
     assert len(ev) == 1 and ev["warned_s"].iloc[0] == 800.0 and ev["terminated_s"].iloc[0] == 920.0
@@ -273,7 +274,7 @@ def test_an_all_on_demand_fleet_is_the_plain_simulation(tmp_path: Path, policy: 
         tmp_path, FLEET.format(prices=", prices: {v100: 3.06, k80: 0.9}", policy=policy), "plain.yaml"
     )
     cloud = _scenario(tmp_path, FLEET.format(prices="", policy=policy) + MARKET_OD, "cloud.yaml")
-    a, b = run_scenario(load_scenario(plain)), run_scenario(load_scenario(cloud))
+    a, b = simulate(load_scenario(plain)), simulate(load_scenario(cloud))
     pd.testing.assert_frame_equal(a.tables["jobs"], b.tables["jobs"])
     pd.testing.assert_frame_equal(a.tables["rounds"], b.tables["rounds"][a.tables["rounds"].columns])
     assert not b.tables["rounds"]["spot"].any()
@@ -285,7 +286,7 @@ def test_an_all_on_demand_fleet_is_the_plain_simulation(tmp_path: Path, policy: 
 def _market_error(tmp_path: Path, overrides: list[str]) -> str:
     path = _scenario(tmp_path, FLEET.format(prices="", policy="min_cost") + MARKET_OD)
     with pytest.raises(InputError) as err:
-        run_scenario(load_scenario(path, overrides))
+        simulate(load_scenario(path, overrides))
     return str(err.value)
 
 
@@ -327,8 +328,8 @@ def test_a_fleet_whose_policy_learns_the_true_table_runs_as_one_that_knows_it() 
     """``mechanism.planned_throughputs`` on a fleet: the planned rows are split over the spot and
     on-demand halves like the true ones, so planning from the truth and learning it changes nothing."""
     base = ["workload.generate.num_jobs=12"]
-    knows = run_scenario(load_scenario("scenarios/gavel/spot-whatif.yaml", base)).tables
-    learns = run_scenario(
+    knows = simulate(load_scenario("scenarios/gavel/spot-whatif.yaml", base)).tables
+    learns = simulate(
         load_scenario("scenarios/gavel/spot-whatif.yaml", [*base, "mechanism.planned_throughputs=simulation"])
     ).tables
     for name in ("jobs", "rounds", "billing"):
@@ -344,15 +345,15 @@ def test_the_replay_never_extends_the_last_price_past_max_stale(tmp_path: Path) 
     # The job runs ~1.5 h; with max_stale_h = 0.5 the run outlives the trace's last row by too much.
     path = _one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z", "\n  max_stale_h: 0.5")
     with pytest.raises(InputError) as err:
-        run_scenario(load_scenario(path))
+        simulate(load_scenario(path))
     msg = str(err.value)
     assert "market.max_stale_h" in msg and "p3.2xlarge in us-east-1b" in msg and "2020-02-20T00:10:00" in msg
     # Within the default 48 h the last price holds (AWS records only changes), and the bill is positive.
-    result = run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
+    result = simulate(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
     assert (result.tables["billing"]["cost_usd"] > 0).all()
     # A start before the market's first row is an error, not the first price backwards.
     with pytest.raises(InputError, match="market.start.*outside the price trace"):
-        run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-19T00:00:00Z")))
+        simulate(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-19T00:00:00Z")))
 
 
 def test_a_fleet_in_two_regions_is_an_error(tmp_path: Path) -> None:
@@ -379,7 +380,7 @@ market:
 """,
     )
     with pytest.raises(InputError) as err:
-        run_scenario(load_scenario(path))
+        simulate(load_scenario(path))
     msg = str(err.value)
     assert "market.types.k80.zone" in msg and "us-west-2" in msg and "one region" in msg
 
@@ -392,11 +393,11 @@ def test_a_bad_trace_file_is_an_error_naming_its_line(tmp_path: Path) -> None:
         "2020-02-20T00:00:00Z,us-east-1,us-east-1b,p3.2xlarge,-1.0\n"
     )
     with pytest.raises(InputError, match=r"clash\.csv:3: column price"):
-        run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
+        simulate(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
     prices.write_text(
         "timestamp,region,zone,instance_type,price\n"
         "2020-02-20T00:00:00Z,us-east-1,us-east-1b,p3.2xlarge,1.0\n"
         "2020-02-20T00:00:00Z,us-east-1,us-east-1b,p3.2xlarge,2.0\n"
     )
     with pytest.raises(InputError, match=r"clash\.csv:3: column price.*conflicting"):
-        run_scenario(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))
+        simulate(load_scenario(_one_spot_v100(tmp_path, prices, "2020-02-20T00:00:00Z")))

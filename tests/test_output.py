@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from clustertwin.analysis import gavel_plots as plotting
 from clustertwin.analysis import output as run_output
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.analysis.gavel_plots import plot_run
@@ -112,7 +112,7 @@ def test_check_tables_names_missing_and_mistyped_columns() -> None:
     assert "table 'events' is missing" in message
 
 
-def write(out: Path, plots: bool = False) -> Path:
+def write(out: Path, plot: Callable[[Path], object] | None = None) -> Path:
     result = small_result()
     return write_run(
         out,
@@ -121,12 +121,12 @@ def write(out: Path, plots: bool = False) -> Path:
         backend="sim",
         result=result,
         metrics=gavel_metrics(result, CLUSTER, PRICES),
-        plot=(lambda folder: plotting.plot_run(folder)) if plots else None,
+        plot=plot,
     )
 
 
 def test_write_then_read_round_trips(tmp_path: Path) -> None:
-    out = write(tmp_path / "runs" / "small-seed3", plots=True)
+    out = write(tmp_path / "runs" / "small-seed3", plot=plot_run)
     assert sorted(p.name for p in out.iterdir()) == [
         "cluster_usage.png", "events.parquet", "gpu_hours_by_job_type.png", "jct_cdf.png",
         "jobs.parquet", "rounds.parquet", "summary.json",
@@ -162,19 +162,17 @@ def fail(*args: object, **kwargs: object) -> None:
     raise RuntimeError("crash while writing")
 
 
-def test_crash_while_writing_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plotting, "plot_run", fail)
+def test_crash_while_writing_leaves_no_folder(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
-        write(tmp_path / "run", plots=True)
+        write(tmp_path / "run", plot=fail)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_crash_while_replacing_keeps_the_old_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_while_replacing_keeps_the_old_run(tmp_path: Path) -> None:
     out = write(tmp_path / "run")
     before = (out / "summary.json").read_text()
-    monkeypatch.setattr(plotting, "plot_run", fail)
     with pytest.raises(RuntimeError):
-        write(out, plots=True)
+        write(out, plot=fail)
     assert (out / "summary.json").read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
@@ -197,7 +195,7 @@ def test_failed_final_rename_restores_the_old_run(tmp_path: Path, monkeypatch: p
 
 
 def test_rewrite_replaces_the_run_and_keeps_the_users_files(tmp_path: Path) -> None:
-    out = write(tmp_path / "run", plots=True)
+    out = write(tmp_path / "run", plot=plot_run)
     (out / "notes.md").write_text("mine")
     (out / "compare").mkdir()
     (out / "compare" / "summary.json").write_text("{}")
@@ -217,7 +215,7 @@ def test_plots_are_written_before_the_folder_is_published(tmp_path: Path) -> Non
     def plot(folder: Path) -> None:
         assert folder.name.startswith(".run.writing-") and not (tmp_path / "run").exists()
         seen.append(sorted(p.name for p in folder.iterdir()))
-        plotting.plot_run(folder)
+        plot_run(folder)
 
     out = write_run(
         tmp_path / "run", scenario={}, seed=0, backend="sim", result=small_result(), metrics={}, plot=plot

@@ -9,8 +9,9 @@ from clustertwin.analysis.psld_metrics import psld_metrics
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.psld_results import check_psld_tables
-from clustertwin.sim import run_scenario
 from clustertwin.sim.psld import run
+
+from clustertwin.api import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "scenarios" / "psld-default.yaml"
@@ -29,7 +30,7 @@ def small(*extra: str):
 
 
 def test_tables_contract_and_determinism() -> None:
-    a = run_scenario(small())
+    a = simulate(small())
     check_psld_tables(a)
     b = run(small())
     for name, table in a.tables.items():

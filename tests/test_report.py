@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from clustertwin.analysis.compare import compare_runs, write_comparison
+from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.analysis.report import write_report
 from clustertwin.scenarios.errors import InputError
 from test_compare import real_result
@@ -80,7 +81,7 @@ def test_sweep_report_plots_means_with_seed_spread(tmp_path: Path) -> None:
 
 
 def test_run_and_comparison_reports(tmp_path: Path) -> None:
-    run = write_small_run(tmp_path / "run", plots=True)
+    run = write_small_run(tmp_path / "run", plot=plot_run)
     page = write_report(run).read_text()
     assert_self_contained(page)
     assert len(images(page)) == len(list(run.glob("*.png"))) == 3
@@ -107,7 +108,7 @@ def test_report_loads_in_headless_chromium(tmp_path: Path) -> None:
     if chromium is None:
         pytest.skip("headless check needs the Debian package chromium (apt-get install -y chromium)")
     folder = sweep_folder(tmp_path / "sweep")
-    run = write_small_run(tmp_path / "run", plots=True)
+    run = write_small_run(tmp_path / "run", plot=plot_run)
     for target, expected in ((folder, 1), (run, 3)):
         assert main(["report", str(target)]) == 0
         dom = subprocess.run(

@@ -169,10 +169,10 @@ def test_a_real_run_refuses_what_it_cannot_honour_by_name(overrides: list[str], 
 
 
 def test_a_simulation_refuses_the_real_section() -> None:
-    from clustertwin.sim import run_scenario
+    from clustertwin.api import simulate
 
     with pytest.raises(InputError, match="field real"):
-        run_scenario(_real_scenario([]))
+        simulate(_real_scenario([]))
 
 
 def test_trace_replay_evicts_when_the_price_passes_the_bid() -> None:

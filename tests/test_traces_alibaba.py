@@ -62,7 +62,8 @@ def test_missing_column_and_missing_file(tmp_path: Path) -> None:
 
 def test_a_scenario_replays_a_user_trace_relative_to_its_file(tmp_path: Path) -> None:
     from clustertwin.scenarios.load import load_scenario
-    from clustertwin.sim import run_scenario
+
+    from clustertwin.api import simulate
 
     (tmp_path / "t.csv").write_text(HEADER + "0,1,10\n0,2,10\n1,1,30\n1,2,30\n")
     base = Path(__file__).resolve().parents[1] / "scenarios" / "flexrr-default.yaml"
@@ -75,9 +76,9 @@ def test_a_scenario_replays_a_user_trace_relative_to_its_file(tmp_path: Path) ->
     traced = load_scenario(scenario_file, small)
     assert traced.stragglers.trace_file == str(tmp_path / "t.csv")
     plain = load_scenario(base, [*small, "stragglers.model=none"])
-    slow = run_scenario(traced).info["makespan_s"]
+    slow = simulate(traced).info["makespan_s"]
     # Trace workers 1 and 3 run at 30/20 = 1.5x the median; BSP waits for them every iteration.
-    assert slow == pytest.approx(1.5 * run_scenario(plain).info["makespan_s"], rel=0.02)
+    assert slow == pytest.approx(1.5 * simulate(plain).info["makespan_s"], rel=0.02)
 
 
 def test_helper_groups_larger_than_the_cluster_are_refused() -> None:

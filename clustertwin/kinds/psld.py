@@ -1,0 +1,37 @@
+"""Kind ``psld``: parameter-server load distribution at message level (block placement by
+exploitation-exploration, elastic PS scaling), simulated and run on a real gloo parameter server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clustertwin.kinds.spec import KindSpec, Progress, Reproduce, lazy, result_metrics
+from clustertwin.scenarios.psld_schema import PSLDScenario
+
+if TYPE_CHECKING:
+    from clustertwin.scenarios.results import RunResult
+
+
+def _run_real(scenario: PSLDScenario, progress: Progress | None, snapshot_dir: Path | None) -> RunResult:
+    from clustertwin.runtime.psld.run import run_real
+
+    return run_real(scenario, None, progress)
+
+
+def _reproduce(name: str, quick: bool, *, out: Path, workers: int | None) -> int:
+    from clustertwin.reproduce_psld import reproduce
+
+    return reproduce(quick, out, workers)
+
+
+SPEC = KindSpec(
+    name="psld",
+    description="PSLD: parameter-server block placement and elastic PS scaling, message level",
+    schema=PSLDScenario,
+    check_tables=lazy("clustertwin.scenarios.psld_results:check_psld_tables"),
+    metrics=result_metrics("clustertwin.analysis.psld_metrics:psld_metrics"),
+    simulate=lazy("clustertwin.sim.psld:run"),
+    run_real=_run_real,
+    reproduce=Reproduce(lambda: ["psld"], _reproduce),
+)

@@ -1,0 +1,124 @@
+"""What one scenario kind is: a :class:`KindSpec` holds everything the command line, the Python API,
+reports, sweeps and the fidelity suite need of it, so none of them names a kind.
+
+A spec is built when its module is imported, which must stay cheap (``validate`` imports every kind):
+callables import their simulator, runtime and plotting modules when they are called.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from clustertwin.scenarios.kinds import PathFields
+
+if TYPE_CHECKING:
+    from clustertwin.scenarios.results import RunResult
+
+Progress = Callable[[float, str], None]
+Emit = Callable[[str, object], None]
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A simulated run folder set against a real one.
+
+    ``headline`` is printed as ``key=value`` lines; ``pairs`` maps metric names to their (sim, real)
+    values, the rows of the fidelity suite; ``details`` is a rich renderable printed after the
+    headline, or None."""
+
+    headline: dict[str, float | int]
+    pairs: dict[str, tuple[float, float]]
+    details: Any = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a kind compares a simulation with reality: ``compare(sim_dir, real_dir, out)`` writes
+    ``out/compare.json`` (what ``clustertwin report`` shows) with any further files, and returns the
+    figures; ``metrics`` names the metrics whose pairs it gives."""
+
+    metrics: tuple[str, ...]
+    compare: Callable[[Path, Path, Path], Compared]
+
+
+@dataclass(frozen=True)
+class Reproduce:
+    """Claim sets checked by ``clustertwin reproduce NAME``: ``names()`` lists them (they may be data
+    files); ``run(name, quick, out=..., workers=...)`` runs one and returns the exit status (1: a claim
+    failed)."""
+
+    names: Callable[[], Sequence[str]]
+    run: Callable[..., int]
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """``clustertwin profile``'s arguments: measure a scenario's jobs on its real workers."""
+
+    scenario: str
+    overrides: tuple[str, ...]
+    out: Path | None
+    seconds: float | None  # the length of a measured lease, or ``steps``
+    steps: int | None
+    repeats: int
+    under_load: bool
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One scenario kind.
+
+    - ``schema`` validates ``kind: <name>`` scenario files; ``path_fields`` are its fields holding file
+      paths (see ``scenarios/kinds.py``).
+    - ``check_tables`` raises ValueError when a run's tables break the kind's contract; ``metrics`` gives
+      a run's flat metrics (name -> number) from the scenario and the run.
+    - ``simulate(scenario, progress)`` and ``run_real(scenario, progress, snapshot_dir)`` return the
+      event tables; None where the kind has no such backend (``no_simulator`` then says why, and what to
+      use instead). A real run may write its tables so far into ``snapshot_dir`` as it goes.
+    - ``check(scenario, backend)`` fails with InputError before any work starts (a policy that cannot
+      be built, a section the backend needs).
+    - ``plot(run_dir)`` draws a run folder's PNGs and returns their paths; ``summary(metrics, info)`` is
+      the rich table printed after a run (default: every metric).
+    - ``comparison``, ``reproduce``, ``profile`` (calibration: measure on real workers) and ``bench``
+      (speed figures through ``emit(key, value)``) are None where the kind has none.
+    """
+
+    name: str
+    description: str
+    schema: type[BaseModel]
+    check_tables: Callable[[RunResult], None]
+    metrics: Callable[[Any, RunResult], dict[str, float]]
+    path_fields: PathFields = field(default_factory=dict)
+    simulate: Callable[[Any, Progress | None], RunResult] | None = None
+    no_simulator: str = ""
+    run_real: Callable[[Any, Progress | None, Path | None], RunResult] | None = None
+    check: Callable[[Any, str], None] | None = None
+    plot: Callable[[Path], list[Path]] | None = None
+    summary: Callable[[dict[str, float], dict[str, Any]], Any] | None = None
+    comparison: Comparison | None = None
+    reproduce: Reproduce | None = None
+    profile: Callable[[ProfileRequest], int] | None = None
+    bench: Callable[[Emit], None] | None = None
+
+
+def lazy(target: str) -> Callable[..., Any]:
+    """The function ``module:name``, imported when it is first called (so a spec imports nothing heavy)."""
+    module, _, name = target.partition(":")
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = target
+    return call
+
+
+def result_metrics(target: str) -> Callable[[Any, RunResult], dict[str, float]]:
+    """Metrics that need the run's tables only: ``module:function`` of the result, imported lazily."""
+    function = lazy(target)
+    return lambda _scenario, result: function(result)

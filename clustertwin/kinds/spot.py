@@ -1,0 +1,62 @@
+"""Kind ``spot``: a training job buying spot and on-demand machines from a replayed market ("Proteus:
+Agile ML Elasticity through Tiered Reliability in Dynamic Resource Markets", §4-§5: BidBrain and
+AgileML), simulated at instance level; with a ``real:`` section, AgileML (or checkpoint/restart) on real
+processes with warned evictions, whose tables also hold the simulator's prediction of the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clustertwin.kinds.spec import KindSpec, Progress, Reproduce, lazy
+from clustertwin.scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
+
+if TYPE_CHECKING:
+    from clustertwin.scenarios.results import RunResult
+
+
+def _real(result: RunResult) -> bool:
+    return result.info.get("backend") == "real"
+
+
+def _check_tables(result: RunResult) -> None:
+    if _real(result):
+        from clustertwin.scenarios.spot_real_results import check_spot_real_tables as check
+    else:
+        from clustertwin.scenarios.spot_results import check_spot_tables as check
+    check(result)
+
+
+def _metrics(scenario: Any, result: RunResult) -> dict[str, float]:
+    if _real(result):
+        from clustertwin.scenarios.spot_real_results import spot_real_metrics
+
+        return spot_real_metrics(result)
+    from clustertwin.analysis.spot_metrics import spot_metrics
+
+    return spot_metrics(result)
+
+
+def _run_real(scenario: SpotScenario, progress: Progress | None, snapshot_dir: Path | None) -> RunResult:
+    from clustertwin.analysis.spot_prediction import run_real
+
+    return run_real(scenario, progress)
+
+
+def _reproduce(name: str, quick: bool, *, out: Path, workers: int | None) -> int:
+    from clustertwin.reproduce_proteus import reproduce
+
+    return reproduce(quick, out)
+
+
+SPEC = KindSpec(
+    name="spot",
+    description="BidBrain + AgileML: spot-market acquisition, tiered-reliability elastic PS, instance level",
+    schema=SpotScenario,
+    path_fields=SPOT_PATH_FIELDS,
+    check_tables=_check_tables,
+    metrics=_metrics,
+    simulate=lazy("clustertwin.sim.spot:run"),
+    run_real=_run_real,
+    reproduce=Reproduce(lambda: ["proteus"], _reproduce),
+)
