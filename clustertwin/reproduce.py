@@ -3,7 +3,7 @@
 Each claim is a ratio of one metric between a baseline and a treatment run of the same scenario (see
 ``scenarios/claims.py``). Runs go to a process pool; each finished run's metrics are written at once to
 ``<out>/runs/<key>.json``, so an interrupted reproduction loses nothing and a rerun reuses what is there.
-The exit status is 1 when any claim falls outside its acceptance band.
+Every claim gates: the exit status is 1 when any falls outside its acceptance band (its ``why`` says why).
 """
 
 from __future__ import annotations
@@ -12,15 +12,12 @@ import hashlib
 import json
 import os
 import statistics
-import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from clustertwin.analysis.atomic import write_json
+from clustertwin.claim_results import ClaimRow, report
 from clustertwin.progress import progress_bar
 from clustertwin.scenarios.claims import Claim, load_claims
 from clustertwin.solver_banner import silence_solver_banner
@@ -62,11 +59,11 @@ def simulate(spec: RunSpec) -> dict[str, float]:
 
 
 def reproduce(name: str, quick: bool, out: Path | None = None, workers: int | None = None) -> int:
-    claims = load_claims(name).claims
+    claim_set = load_claims(name)
     out = out or Path("runs") / f"reproduce-{name}{'-quick' if quick else ''}"
     cache = out / "runs"
     cache.mkdir(parents=True, exist_ok=True)
-    plan = {claim.id: runs_of(claim, quick) for claim in claims}
+    plan = {claim.id: runs_of(claim, quick) for claim in claim_set.claims}
     todo = {spec.key: spec for arms in plan.values() for specs in arms.values() for spec in specs}
     done = {
         key: json.loads((cache / f"{key}.json").read_text())
@@ -75,7 +72,7 @@ def reproduce(name: str, quick: bool, out: Path | None = None, workers: int | No
     }
     pending = [spec for key, spec in todo.items() if key not in done]
 
-    with progress_bar(f"reproduce {name}") as progress:
+    with progress_bar(f"reproduce {name}", lines=True) as progress:
         progress(len(done) / max(len(todo), 1), f"{len(done)}/{len(todo)} runs")
         if pending:
             with ProcessPoolExecutor(
@@ -89,47 +86,29 @@ def reproduce(name: str, quick: bool, out: Path | None = None, workers: int | No
                     progress(len(done) / len(todo), f"{len(done)}/{len(todo)} runs")
 
     rows = []
-    for claim in claims:
+    for claim in claim_set.claims:
         arms = plan[claim.id]
         per_seed = [
             done[b.key][claim.metric] / done[t.key][claim.metric]
             for b, t in zip(arms["baseline"], arms["treatment"], strict=True)
         ]
-        ours = statistics.fmean(per_seed)
-        low, high = claim.accept
-        rows.append(
-            {
-                "id": claim.id,
-                "claim": claim.claim,
-                "source": claim.source,
-                "metric": claim.metric,
-                "paper": claim.paper,
-                "ours": ours,
-                "ours_per_seed": per_seed,
-                "accept": [low, high],
-                "holds": bool(low <= ours <= high),
-                "why": claim.why,
-            }
-        )
-    write_json(out / "claims.json", {"name": name, "quick": quick, "claims": rows})
-    _print_table(name, quick, rows)
-    print(f"results: {out / 'claims.json'}")
-    return 0 if all(row["holds"] for row in rows) else 1
+        rows.append(claim_row(claim, per_seed))
+    seeds = sorted(
+        {seed for claim in claim_set.claims for seed in (claim.quick if quick else claim.full).seeds}
+    )
+    return report(name, claim_set.paper, quick, seeds, out, rows)
 
 
-def _print_table(name: str, quick: bool, rows: list[dict]) -> None:
-    table = Table(title=f"{name} claims{' (quick)' if quick else ''}")
-    for column in ("claim", "paper", "ours", "tolerance", "holds"):
-        table.add_column(column, justify="left" if column == "claim" else "right")
-    for row in rows:
-        spread = ""
-        if len(row["ours_per_seed"]) > 1:
-            spread = f" ± {statistics.stdev(row['ours_per_seed']):.2f}"
-        table.add_row(
-            f"{row['id']}: {row['claim']} [{row['source']}]",
-            f"{row['paper']:.2f}x",
-            f"{row['ours']:.2f}x{spread}",
-            f"[{row['accept'][0]:.2f}, {row['accept'][1]:.2f}]",
-            "yes" if row["holds"] else "NO",
-        )
-    Console(width=max(Console().width, 140), file=sys.stdout).print(table)
+def claim_row(claim: Claim, per_seed: list[float]) -> ClaimRow:
+    """A claim's row from its baseline / treatment ratio per seed; ours is their mean."""
+    return ClaimRow(
+        claim.id,
+        claim.claim,
+        claim.source,
+        claim.paper,
+        statistics.fmean(per_seed),
+        claim.accept,
+        "{:.2f}x",
+        why=claim.why,
+        per_seed=tuple(per_seed),
+    )
