@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clustertwin.claim_results import ClaimRow, report
-from clustertwin.coded_claims import Spec, run_specs
+from clustertwin.claim_runs import Spec, run_specs
 
 PAPER = (
     "Harlap et al., Addressing the straggler problem for iterative convergent parallel ML (SoCC 2016);"

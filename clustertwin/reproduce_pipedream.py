@@ -1,7 +1,7 @@
 """``reproduce pipedream``: PipeDream, 2BW/Flush, GPipe, interleaved and PTD-P claims (seed 004; seed 001
 ch. 2-4, Table 7.1) as claim | paper | ours | tolerance | ok.
 
-Nothing here runs a scenario, so ``coded_claims``' run pool does not apply; every row is computed live
+Nothing here runs a scenario, so ``claim_runs``' run pool does not apply; every row is computed live
 from our code when the command runs:
 
 1. simulation oracles (zero communication, uniform stage costs t_f = 1, t_b = 2; notes §2 "[derived]

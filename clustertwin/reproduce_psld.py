@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clustertwin.claim_results import ClaimRow, report
-from clustertwin.coded_claims import Spec, run_specs
+from clustertwin.claim_runs import Spec, run_specs
 
 PAPER = "Chen et al., Elastic Parameter Server Load Distribution in Deep Learning Clusters"
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios" / "psld"
@@ -587,6 +587,11 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
     return rows
 
 
+def _longest(spec: Spec) -> bool:
+    """The recovery runs are the longest: started first, they do not finish last alone."""
+    return spec.scenario == "recovery.yaml"
+
+
 def _vgg(model: str) -> tuple[str, ...]:
     """VGG-16 iterations are ~10x longer under a straggler: a longer run so PSLD's reports happen."""
     return ("duration_s=150", "warmup_s=60") if model == "vgg16" else ()
@@ -596,8 +601,7 @@ def reproduce(quick: bool, out: Path, workers: int | None = None) -> int:
     """Run (or reuse) every run the claims need, print the table; 0 when every gated claim holds."""
     plan = _Plan([0] if quick else [0, 1, 2])
     make_rows = _claims(plan, quick)
-    first = lambda spec: spec.scenario == "recovery.yaml"  # noqa: E731 - the longest runs
-    done = run_specs("psld", out, plan.specs, simulate, workers, first=first)
+    done = run_specs("psld", out, plan.specs, simulate, workers, first=_longest)
     return report("psld", PAPER, quick, plan.seeds, out, make_rows(done))
 
 

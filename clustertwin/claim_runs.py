@@ -1,5 +1,5 @@
-"""What the claim sets written in code share (``reproduce_flexrr``, ``reproduce_psld``): a run spec and
-running the specs on a process pool with a per-run cache (their rows: ``claim_results``).
+"""The simulations behind a claim set (``reproduce``, ``reproduce_flexrr``, ``reproduce_psld``): a run spec
+and running the specs on a process pool with a per-run cache (the rows they make: ``claim_results``).
 
 Each finished run's metrics are written at once to ``<out>/runs/<key>.json``, so an interrupted
 reproduction loses nothing and a rerun reuses what is there. (The cache key is the scenario and its
@@ -18,13 +18,14 @@ from pathlib import Path
 
 from clustertwin.analysis.atomic import write_json
 from clustertwin.progress import progress_bar
+from clustertwin.solver_banner import silence_solver_banner
 
 Metrics = dict[str, float]
 
 
 @dataclass(frozen=True)
 class Spec:
-    scenario: str  # file name under the claim set's scenario folder
+    scenario: str  # a scenario file, as the claim set's ``simulate`` resolves it
     overrides: tuple[str, ...]
 
     @property
@@ -40,8 +41,9 @@ def run_specs(
     workers: int | None = None,
     first: Callable[[Spec], bool] = lambda spec: False,
 ) -> dict[str, Metrics]:
-    """Run (or reuse from ``<out>/runs``) every spec; return each one's metrics by its key. ``first``
-    marks the runs to start before the others (the longest, so that they do not finish last alone)."""
+    """Run (or reuse from ``<out>/runs``) every spec on ``workers`` processes (default: up to two); return
+    each one's metrics by its key. ``first`` marks the runs to start before the others (the longest, so
+    that they do not finish last alone)."""
     cache = out / "runs"
     cache.mkdir(parents=True, exist_ok=True)
     done = {
@@ -51,9 +53,10 @@ def run_specs(
     }
     pending = sorted((s for k, s in specs.items() if k not in done), key=lambda s: not first(s))
     with progress_bar(f"reproduce {name}", lines=True) as progress:
-        progress(len(done) / len(specs), f"{len(done)}/{len(specs)} runs")
+        progress(len(done) / max(len(specs), 1), f"{len(done)}/{len(specs)} runs")
         if pending:
-            with ProcessPoolExecutor(workers or min(2, os.cpu_count() or 1)) as pool:
+            processes = workers or min(2, os.cpu_count() or 1)
+            with ProcessPoolExecutor(processes, initializer=silence_solver_banner) as pool:
                 futures = {pool.submit(simulate, spec): spec for spec in pending}
                 for future in as_completed(futures):
                     spec = futures[future]
