@@ -13,10 +13,11 @@ import json
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clustertwin.analysis.atomic import write_json
+from clustertwin.claim_results import ClaimRow
 from clustertwin.progress import progress_bar
 from clustertwin.solver_banner import silence_solver_banner
 
@@ -65,3 +66,29 @@ def run_specs(
                     write_json(cache / f"{spec.key}.json", record)
                     progress(len(done) / len(specs), f"{len(done)}/{len(specs)} runs")
     return done
+
+
+def with_per_seed(
+    rows: list[ClaimRow],
+    make_rows: Callable[[dict[str, Metrics]], list[ClaimRow]],
+    done: dict[str, Metrics],
+    specs: dict[str, Spec],
+    seeds: list[int],
+) -> list[ClaimRow]:
+    """``rows`` (made from every seed's runs) with each claim's value per seed: ``make_rows`` again on
+    the runs of one seed, each run standing in for all its seeds."""
+    unseeded = {
+        key: (s.scenario, tuple(o for o in s.overrides if not o.startswith("seed=")))
+        for key, s in specs.items()
+    }
+    by_seed = {(unseeded[key], _seed(s)): key for key, s in specs.items()}
+    values: dict[str, list[float]] = {r.id: [] for r in rows}
+    for seed in seeds:
+        one_seed = {key: done[by_seed[(unseeded[key], seed)]] for key in specs}
+        for r in make_rows(one_seed):
+            values[r.id].append(r.ours)
+    return [replace(r, per_seed=tuple(values[r.id])) for r in rows]
+
+
+def _seed(spec: Spec) -> int:
+    return next(int(o.removeprefix("seed=")) for o in spec.overrides if o.startswith("seed="))

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clustertwin.claim_results import ClaimRow, report
-from clustertwin.claim_runs import Spec, run_specs
+from clustertwin.claim_runs import Spec, run_specs, with_per_seed
 
 PAPER = (
     "Harlap et al., Addressing the straggler problem for iterative convergent parallel ML (SoCC 2016);"
@@ -461,7 +461,8 @@ def reproduce(quick: bool, out: Path, workers: int | None = None) -> int:
     plan = _Plan([0, 1, 2] if quick else [0, 1, 2, 3, 4])
     make_rows = _claims(plan)
     done = run_specs("flexrr", out, plan.specs, simulate, workers)
-    return report("flexrr", PAPER, quick, plan.seeds, out, make_rows(done))
+    rows = with_per_seed(make_rows(done), make_rows, done, plan.specs, plan.seeds)
+    return report("flexrr", PAPER, quick, plan.seeds, out, rows)
 
 
 if __name__ == "__main__":  # python -m clustertwin.reproduce_flexrr [--quick] [OUT]

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clustertwin.claim_results import ClaimRow, report
-from clustertwin.claim_runs import Spec, run_specs
+from clustertwin.claim_runs import Spec, run_specs, with_per_seed
 
 PAPER = "Chen et al., Elastic Parameter Server Load Distribution in Deep Learning Clusters"
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios" / "psld"
@@ -602,7 +602,8 @@ def reproduce(quick: bool, out: Path, workers: int | None = None) -> int:
     plan = _Plan([0] if quick else [0, 1, 2])
     make_rows = _claims(plan, quick)
     done = run_specs("psld", out, plan.specs, simulate, workers, first=_longest)
-    return report("psld", PAPER, quick, plan.seeds, out, make_rows(done))
+    rows = with_per_seed(make_rows(done), make_rows, done, plan.specs, plan.seeds)
+    return report("psld", PAPER, quick, plan.seeds, out, rows)
 
 
 if __name__ == "__main__":  # python -m clustertwin.reproduce_psld [--quick] [OUT]

@@ -14,6 +14,7 @@ from clustertwin.scenarios.claims import load_claims
 
 from clustertwin import reproduce_flexrr, reproduce_pipedream, reproduce_proteus, reproduce_psld
 from clustertwin.claim_results import ClaimRow, exit_status, report, summary_line
+from clustertwin.claim_runs import Spec, with_per_seed
 from clustertwin.reproduce import claim_row
 
 KEYS = ["id", "claim", "source", "paper", "ours", "per_seed", "accept", "holds", "gated", "why"]
@@ -120,3 +121,20 @@ def test_repeated_ids_are_refused(tmp_path: Path) -> None:
     row = _rows()[0]
     with pytest.raises(ValueError, match="ids repeat"):
         report("toy", "A paper", True, [0], tmp_path, [row, row])
+
+
+def test_per_seed_values_come_from_each_seeds_runs_alone() -> None:
+    """Two arms over three seeds: ours is the ratio of the arms' means; per seed, the ratio of that seed's
+    runs."""
+    arms = {arm: [Spec("s.yaml", (f"arm={arm}", f"seed={seed}")) for seed in (0, 1, 2)] for arm in ("a", "b")}
+    specs = {s.key: s for runs in arms.values() for s in runs}
+    values = {"a": [2.0, 4.0, 6.0], "b": [1.0, 1.0, 2.0]}
+    done = {s.key: {"x": values[arm][i]} for arm, runs in arms.items() for i, s in enumerate(runs)}
+
+    def make_rows(metrics: dict) -> list[ClaimRow]:
+        mean = {arm: sum(metrics[s.key]["x"] for s in runs) / 3 for arm, runs in arms.items()}
+        return [ClaimRow("ratio", "a over b", "§1", 2.0, mean["a"] / mean["b"], (0.0, 9.0), why="toy")]
+
+    [row] = with_per_seed(make_rows(done), make_rows, done, specs, [0, 1, 2])
+    assert row.ours == pytest.approx(4.0 / (4.0 / 3))
+    assert row.per_seed == pytest.approx((2.0, 4.0, 3.0))

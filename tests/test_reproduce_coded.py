@@ -35,6 +35,7 @@ def test_flexrr_quick_reproduction_exit_status_matches_its_claims_and_reruns_fro
     checked = [c for c in claims if c["holds"] is not None]
     assert {c["id"] for c in checked if c["gated"]} == GATING
     assert any(not c["gated"] for c in checked)  # the other paper claims are still checked and saved
+    assert all(len(c["per_seed"]) == 3 for c in claims)  # our value on each seed's runs alone
     assert code == (0 if all(c["holds"] for c in checked if c["gated"]) else 1)
     printed = capsys.readouterr().out
     assert "flexrr claims" in printed and "(not gated)" in printed
