@@ -130,8 +130,6 @@ def _band(row: ClaimRow) -> str:
     if row.accept is None:
         return "reported"
     low, high = row.accept
-    if math.isinf(high) and math.isinf(low):
-        return "any"
     if math.isinf(high):
         return f">= {row.fmt.format(low)}"
     if math.isinf(low):
