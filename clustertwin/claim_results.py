@@ -121,9 +121,12 @@ def print_claims(rows: Sequence[ClaimRow], title: str, name: str) -> None:
     Console(width=max(Console().width, 160), file=sys.stdout).print(table)
     if any(r.holds is not None and not r.gated for r in rows):
         print(f"(not gated): checked and saved, but does not decide the exit status; docs/{name}.md says why")
+        missed: dict[str, list[str]] = {}  # one line per reason, naming the rows it covers
         for r in rows:
             if r.holds is False and not r.gated:
-                print(f"  {r.id}: {r.why or 'no reason given'}")
+                missed.setdefault(r.why or "no reason given", []).append(r.id)
+        for why, ids in missed.items():
+            print(f"  {', '.join(ids)}: {why}")
 
 
 def _band(row: ClaimRow) -> str:
