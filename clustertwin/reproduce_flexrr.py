@@ -1,4 +1,4 @@
-"""``reproduce flexrr``: FlexRR's claims (seed 000, ch. 3) in simulation, as claim | paper | ours | ok.
+"""``reproduce flexrr``: FlexRR's claims (seed 000, ch. 3) in simulation, as claim rows (``claim_results``).
 
 Every claim is computed from seed-averaged time per iteration (the paper reports arithmetic means of
 >= 3 runs, §3.4.1) of scenario runs under ``scenarios/flexrr/``; all modes of one seed share the straggler

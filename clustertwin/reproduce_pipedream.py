@@ -1,5 +1,5 @@
 """``reproduce pipedream``: PipeDream, 2BW/Flush, GPipe, interleaved and PTD-P claims (seed 004; seed 001
-ch. 2-4, Table 7.1) as claim | paper | ours | tolerance | ok.
+ch. 2-4, Table 7.1) as claim rows (``claim_results``).
 
 Nothing here runs a scenario, so ``claim_runs``' run pool does not apply; every row is computed live
 from our code when the command runs:

@@ -1,4 +1,4 @@
-"""Reproduce Proteus (Harlap et al., EuroSys'17; seed 003) in simulation: claim | paper | ours | tol. | ok.
+"""Reproduce Proteus (Harlap et al., EuroSys'17; seed 003) in simulation, as claim rows.
 
 Two groups of claims:
 
