@@ -101,7 +101,15 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir", type=Path, help="a folder written by `clustertwin run`")
     plot.set_defaults(handler=_plot)
 
-    reproduce = commands.add_parser("reproduce", help="check our numbers against a paper's claims")
+    reproduce = commands.add_parser(
+        "reproduce",
+        help="check our numbers against a paper's claims",
+        description="reproduce NAME: run a paper's claim set (gavel, flexrr, psld, proteus, pipedream), print"
+        " claim | paper | ours | accept | holds, save <out>/claims.json and end with a summary line naming"
+        " each gated claim that does not hold and why.",
+        epilog="exit status: 0 every gated claim holds; 1 a gated claim does not hold; 2 bad input (an"
+        " unknown claim set, an invalid claims file or option).",
+    )
     reproduce.add_argument("name", help="claim set name")
     reproduce.add_argument(
         "--quick",

@@ -1,7 +1,7 @@
 """``reproduce pipedream``: PipeDream, 2BW/Flush, GPipe, interleaved and PTD-P claims (seed 004; seed 001
-ch. 2-4, Table 7.1) as claim | paper | ours | tolerance | ok.
+ch. 2-4, Table 7.1) as claim rows (``claim_results``).
 
-Nothing here runs a scenario, so ``coded_claims``' run pool does not apply; every row is computed live
+Nothing here runs a scenario, so ``claim_runs``' run pool does not apply; every row is computed live
 from our code when the command runs:
 
 1. simulation oracles (zero communication, uniform stage costs t_f = 1, t_b = 2; notes §2 "[derived]
@@ -13,7 +13,7 @@ from our code when the command runs:
    2.2); the choices we do not reproduce are reported, with the reason, not checked;
 4. PTD-P's parameter (Eq. 4.3) and FLOP (Eq. 4.2) formulas against Tables 4.1 and 4.2 and §4.5.1's
    training-time estimates, and the bubble and communication takeaways of §4.3;
-5. the issue-7 speed targets on ``clustertwin.bench_pipedream``'s inputs, checked on this process's
+5. our speed targets on ``clustertwin.bench_pipedream``'s inputs, checked on this process's
    CPU time (the wall time, printed beside it, depends on the machine's other load).
 
 Tolerances: an identity of the model (an oracle, DP = brute force, a takeaway's ratio) is checked to
@@ -40,7 +40,7 @@ from clustertwin.bench_pipedream import (
     planner_args,
     vgg16_1f1b_inputs,
 )
-from clustertwin.coded_claims import Row, save_and_print
+from clustertwin.claim_results import ClaimRow, report
 from clustertwin.policies.pipedream import ptdp
 from clustertwin.policies.pipedream.brute_force import brute_force
 from clustertwin.policies.pipedream.partition import Convention, Level, plan_partition
@@ -49,6 +49,10 @@ from clustertwin.sim.pipedream.executor import SimOutcome, simulate
 from clustertwin.sim.pipedream.model import ChunkCost, Device, Network
 from clustertwin.traces.pipedream_profile import bundled_profile
 
+PAPER = (
+    "Harlap, Narayanan et al., PipeDream: Fast and Efficient Pipeline Parallel DNN Training; Narayanan,"
+    " PhD dissertation ch. 2-4"
+)
 TF, TB = 1.0, 2.0  # notes §2: the oracles' stage costs (t_b = 2 t_f, as in practice)
 EXACT = 1e-9  # relative slack for identities: floating-point summation only
 SEED = 0  # of the random planner instances
@@ -94,8 +98,8 @@ TABLE_4_2 = [
     ("PTD-P", 529.6, 105, 20480, 2240, 159, 42),
 ]
 
-SIM_TARGET_S = 2.0  # issue 7: 8-stage, 64-microbatch 1F1B simulation
-PLANNER_TARGET_S = 10.0  # issue 7: planner on the largest shipped profile
+SIM_TARGET_S = 2.0  # 8-stage, 64-microbatch 1F1B simulation
+PLANNER_TARGET_S = 10.0  # planner on the largest shipped profile
 
 
 def _exact(value: float) -> tuple[float, float]:
@@ -122,36 +126,46 @@ def _listed(values: list[int]) -> str:
     return ",".join(str(x) for x in values)
 
 
-def oracle_rows(quick: bool) -> list[Row]:
+def oracle_rows(quick: bool) -> list[ClaimRow]:
     """Claim 1: iteration times and Table 7.1's versions and stashes in simulation (seed 001 §2.2.1,
     §3.2, §4.2.2, Table 7.1; oracles from notes §2)."""
-    rows: list[Row] = []
+    rows: list[ClaimRow] = []
     flush_cases = [(4, 8), (8, 16)] if quick else [(4, 8), (8, 16), (3, 5), (1, 4), (6, 24)]
     for name, label in (("gpipe", "GPipe"), ("flush", "PipeDream-Flush")):
         for p, m in flush_cases:
             # Eq. 4.1 (ptdp.batch_time) is the same (m + p - 1)(t_f + t_b) law.
             expected = ptdp.batch_time(m, p, TF, TB)
             rows.append(
-                Row(
+                ClaimRow(
                     f"oracle-{name}-p{p}-m{m}",
                     f"{label} iteration, p={p}, m={m}, t_f=1, t_b=2, no communication",
                     "§2.2.1, §3.2.2, Eq. 4.1",
                     f"(m+p-1)(t_f+t_b) = {expected:g}",
                     _oracle_run(name, p, m).makespan_s,
                     _exact(expected),
+                    why=(
+                        "with uniform stages and no communication the schedule's makespan is this closed "
+                        "form; a different time means the schedule's op order or the simulator's dependencies"
+                        " depart from the paper's schedule"
+                    ),
                 )
             )
     inter_cases = [(4, 2, 8), (4, 4, 8)] if quick else [(4, 2, 8), (4, 4, 8), (2, 3, 4), (4, 2, 16)]
     for p, v, m in inter_cases:
         expected = (m + (p - 1) / v) * (TF + TB)
         rows.append(
-            Row(
+            ClaimRow(
                 f"oracle-interleaved-p{p}-v{v}-m{m}",
                 f"Interleaved 1F1B iteration, p={p}, v={v}, m={m}: bubble divided by v",
                 "§4.2.2, Table 7.1",
                 f"(m+(p-1)/v)(t_f+t_b) = {expected:g}",
                 _oracle_run("interleaved", p, m, v).makespan_s,
                 _exact(expected),
+                why=(
+                    "with uniform stages and no communication the schedule's makespan is this closed form; a "
+                    "different time means the schedule's op order or the simulator's dependencies depart from"
+                    " the paper's schedule"
+                ),
             )
         )
     # 2BW and PipeDream have no flush: several minibatches run back to back, so only one fill and
@@ -160,7 +174,7 @@ def oracle_rows(quick: bool) -> list[Row]:
     expected = (batches * m + p - 1) * (TF + TB)
     tbw = _oracle_run("2bw", p, m, batches=batches)
     rows.append(
-        Row(
+        ClaimRow(
             f"oracle-2bw-p{p}-m{m}x{batches}",
             f"2BW, {batches} minibatches of m={m} on p={p}: one fill and drain in all (GPipe would flush "
             f"{batches} times: {batches * ptdp.batch_time(m, p, TF, TB):g})",
@@ -168,6 +182,10 @@ def oracle_rows(quick: bool) -> list[Row]:
             f"(Nm+p-1)(t_f+t_b) = {expected:g}",
             tbw.makespan_s,
             _exact(expected),
+            why=(
+                "2BW has no flush: back-to-back minibatches must pay one fill and one drain in all; more "
+                "means the schedule flushes between minibatches"
+            ),
         )
     )
     for p in (4,) if quick else (4, 6):
@@ -193,7 +211,7 @@ def oracle_rows(quick: bool) -> list[Row]:
         ]  # fmt: skip
         for cid, text, measured, expected_list, formula, source in checks:
             rows.append(
-                Row(
+                ClaimRow(
                     f"table7.1-{cid}-p{p}",
                     f"{text}, p={p}: measured {_listed(measured)} (ours = largest difference)",
                     source,
@@ -201,12 +219,17 @@ def oracle_rows(quick: bool) -> list[Row]:
                     _deviation(measured, expected_list),
                     (0.0, 0.0),
                     "{:.0f}",
+                    why=(
+                        "Table 7.1's weight versions and activation stashes follow from the schedule; a "
+                        "difference means the schedule keeps more (or fewer) versions or in-flight "
+                        "microbatches than the paper's"
+                    ),
                 )
             )
     for v, stage_equivalents in ((2, 5.5), (4, 4.75)):
         out = _oracle_run("interleaved", 4, 8, v)
         rows.append(
-            Row(
+            ClaimRow(
                 f"oracle-interleaved-stash-v{v}",
                 f"Interleaved v={v}, p=4: device 0's peak stashes in stage equivalents ('comparable "
                 "memory' to 1F1B's p)",
@@ -214,12 +237,16 @@ def oracle_rows(quick: bool) -> list[Row]:
                 f"p+(p-1)/v = {stage_equivalents:g}",
                 out.peak_stashes[0] / v,
                 _exact(stage_equivalents),
+                why=(
+                    "interleaving keeps p + (p-1)/v stage equivalents of activations on the first device; "
+                    "more means the interleaved schedule runs further ahead than the paper's"
+                ),
             )
         )
     return rows
 
 
-def brute_force_rows(quick: bool, seed: int = SEED) -> list[Row]:
+def brute_force_rows(quick: bool, seed: int = SEED) -> list[ClaimRow]:
     """Claim 2: the DP's optimum equals exhaustive search on random flat instances, for every
     communication convention, straight or not (seed 004 §3.1; seed 001 §2.4.1)."""
     rng = np.random.default_rng(seed)
@@ -243,7 +270,7 @@ def brute_force_rows(quick: bool, seed: int = SEED) -> list[Row]:
                 gap = math.inf  # a plan on other devices than given is wrong whatever its cost
             worst = max(worst, gap)
         rows.append(
-            Row(
+            ClaimRow(
                 f"planner-brute-force-{convention}",
                 f"Partitioning DP = exhaustive search, {per_convention} random instances (<= 5 layers, "
                 f"<= 4 devices, seed {seed}), {convention} convention (ours = largest relative gap)",
@@ -252,6 +279,10 @@ def brute_force_rows(quick: bool, seed: int = SEED) -> list[Row]:
                 worst,
                 (0.0, EXACT),
                 "{:.1e}",
+                why=(
+                    "the partitioning DP must find the optimum that exhaustive search finds; a gap means the "
+                    "DP's recurrence or its communication term departs from seed 004 §3.1"
+                ),
             )
         )
     return rows
@@ -265,7 +296,7 @@ def _plan_config(model: str, levels: list[Level], convention: Convention) -> tup
     return plan.config, plan.time_per_input * 1e3
 
 
-def choice_rows() -> list[Row]:
+def choice_rows() -> list[ClaimRow]:
     """Claim 3: the planner's choices vs the published ones (seed 001 §2.5.2: VGG-16 15-1, ResNet-50
     data parallel, GNMT straight). Rows we do not reproduce are reported with the reason."""
     straight4 = "1-1-1-1"
@@ -302,7 +333,7 @@ def choice_rows() -> list[Row]:
         if reason:
             text += f"; differs because {reason} (docs/algorithms/pipedream.md)"
         rows.append(
-            Row(
+            ClaimRow(
                 f"choice-{cid}",
                 text + " (ours: 1 = same as published)",
                 "§2.5.2" if convention != "arxiv" else "§2.5.2; flat DP of seed 004 §3.1",
@@ -310,17 +341,20 @@ def choice_rows() -> list[Row]:
                 1.0 if same else 0.0,
                 None if reason else (1.0, 1.0),
                 "{:.0f}",
+                why=reason
+                or "the planner's choice differs from the published one on the shipped profile: the profile,"
+                " the topology or the DP's cost terms changed (docs/algorithms/pipedream.md)",
             )
         )
     return rows
 
 
-def ptdp_rows() -> list[Row]:
+def ptdp_rows() -> list[ClaimRow]:
     """Claim 4: PTD-P's analytical model against Tables 4.1 and 4.2 and §4.3's takeaways (seed 001 ch. 4)."""
     rows = []
     for billions, hidden, layers in TABLE_4_1:
         rows.append(
-            Row(
+            ClaimRow(
                 f"ptdp-params-{billions:g}b",
                 f"Eq. 4.3 parameters of the {billions:g}B model (h={hidden}, l={layers}), billions",
                 "§4.5.1, Table 4.1",
@@ -328,6 +362,10 @@ def ptdp_rows() -> list[Row]:
                 ptdp.parameters(layers, hidden, VOCAB, SEQ) / 1e9,
                 (billions - 0.05, billions + 0.05),  # printed to 0.1B
                 "{:.3f}",
+                why=(
+                    "Eq. 4.3 reproduces Table 4.1's parameter counts to their printed rounding; a miss means "
+                    "the formula's terms changed"
+                ),
             )
         )
     # Table 4.2's training days for 300B tokens follow from Eq. 4.2's FLOPs per iteration, the
@@ -338,7 +376,7 @@ def ptdp_rows() -> list[Row]:
         ours = tokens * flops_per_token / (gpus * tflops * 1e12) / 86400
         slack = 0.5 + days * 0.5 / tflops  # whole days, and X rounded to 1 TFLOP/s
         rows.append(
-            Row(
+            ClaimRow(
                 f"ptdp-days-{scheme.lower()}-{billions:g}b-{gpus}",
                 f"Eq. 4.2 training days for 300B tokens, {scheme} {billions:g}B on {gpus} GPUs at "
                 f"{tflops} TFLOP/s",
@@ -347,6 +385,10 @@ def ptdp_rows() -> list[Row]:
                 ours,
                 (days - slack, days + slack),
                 "{:.1f}",
+                why=(
+                    "Table 4.2's days follow from Eq. 4.2's FLOPs, the iteration count and the achieved "
+                    "TFLOP/s; a miss means Eq. 4.2's terms changed"
+                ),
             )
         )
     trillion = ptdp.parameters(128, 25600, VOCAB, SEQ)
@@ -355,7 +397,7 @@ def ptdp_rows() -> list[Row]:
         ("1t", "1T (Eq. 4.3 P), 450B tokens, 3072 GPUs at 163 TFLOP/s", trillion, 450e9, 3072, 163, 84),
     ):
         rows.append(
-            Row(
+            ClaimRow(
                 f"ptdp-eq4.4-{cid}",
                 f"Eq. 4.4 (8TP/(nX)) training days, {text}",
                 "§4.5.1",
@@ -363,6 +405,10 @@ def ptdp_rows() -> list[Row]:
                 ptdp.training_days(params, tokens_, gpus, tflops * 1e12),
                 (days - 0.5, days + 0.5),
                 "{:.1f}",
+                why=(
+                    "Eq. 4.4's 8TP/(nX) estimate gives §4.5.1's days; a miss means the estimate's formula "
+                    "changed"
+                ),
             )
         )
     # Eq. 4.2's closed form equals the sum of its per-operation terms (§4.5.1's derivation).
@@ -372,7 +418,7 @@ def ptdp_rows() -> list[Row]:
         terms = 4 * n * (24 * b * s * h * h + 4 * b * s * s * h) + 6 * b * s * h * v
         worst = max(worst, abs(ptdp.flops_per_iteration(b, s, n, h, v) / terms - 1))
     rows.append(
-        Row(
+        ClaimRow(
             "ptdp-eq4.2-terms",
             "Eq. 4.2 closed form = 4 x (24Bsh^2 + 4Bs^2h) per layer + 6BshV, Table 4.1 models "
             "(ours = largest relative gap)",
@@ -381,13 +427,17 @@ def ptdp_rows() -> list[Row]:
             worst,
             (0.0, EXACT),
             "{:.1e}",
+            why=(
+                "Eq. 4.2's closed form must equal the sum of its per-operation terms; a gap means the closed "
+                "form changed"
+            ),
         )
     )
     # Takeaway 1 (§4.3.2): at fixed n, B, b and d = 1, more tensor parallelism shrinks the bubble.
     bubbles = [ptdp.bubble_fraction_tensor(64, t, 1, 128, 1) for t in (1, 2, 4, 8)]
     shrinking = all(later < earlier for earlier, later in zip(bubbles, bubbles[1:], strict=False))
     rows.append(
-        Row(
+        ClaimRow(
             "ptdp-takeaway1-bubble",
             "Takeaway 1: bubble (n/t-1)/m at n=64, B=128, b=1 for t=1,2,4,8: "
             + ", ".join(f"{x:.3f}" for x in bubbles)
@@ -397,13 +447,17 @@ def ptdp_rows() -> list[Row]:
             1.0 if shrinking else 0.0,
             (1.0, 1.0),
             "{:.0f}",
+            why=(
+                "the pipeline bubble (n/t-1)/m must shrink as tensor parallelism grows; otherwise the bubble "
+                "formula changed"
+            ),
         )
     )
     # Takeaway 2 (§4.3.3): with t = 1 the bubble (n-d)/b' shrinks as d grows, so model parallelism
     # should be just large enough to fit and data parallelism used to scale.
     ratio = ptdp.bubble_fraction_tensor(64, 1, 4, 128, 1) / ptdp.bubble_fraction_tensor(64, 1, 2, 128, 1)
     rows.append(
-        Row(
+        ClaimRow(
             "ptdp-takeaway2-bubble",
             "Takeaway 2: bubble (n-d)/b' at d=4 over d=2 (n=64, t=1, B=128, b=1)",
             "§4.3.3",
@@ -411,11 +465,15 @@ def ptdp_rows() -> list[Row]:
             ratio,
             _exact(60 / 62),
             "{:.4f}",
+            why=(
+                "the bubble (n-d)/b' at t = 1 must shrink with data parallelism as the formula says; "
+                "otherwise the bubble formula changed"
+            ),
         )
     )
     b, s, h = 1, SEQ, 12288
     rows.append(
-        Row(
+        ClaimRow(
             "ptdp-comm-tensor-vs-pipeline",
             "Tensor-parallel bytes per layer over pipeline bytes per microbatch at t=8 (so tensor "
             "parallelism stays inside a server)",
@@ -423,10 +481,14 @@ def ptdp_rows() -> list[Row]:
             "8(t-1)/t = 7",
             ptdp.tensor_bytes_per_layer(b, s, h, 8) / ptdp.pipeline_bytes_per_microbatch(b, s, h),
             _exact(7.0),
+            why=(
+                "tensor-parallel bytes per layer are 8(t-1)/t of a microbatch's pipeline bytes (§4.3.2); "
+                "otherwise a byte count changed"
+            ),
         )
     )
     rows.append(
-        Row(
+        ClaimRow(
             "ptdp-scatter-gather",
             "Scatter/gather: cross-node bytes per microbatch over plain send, t=8",
             "§4.4.1",
@@ -434,13 +496,17 @@ def ptdp_rows() -> list[Row]:
             ptdp.scatter_gather_bytes(b, s, h, 8) / ptdp.pipeline_bytes_per_microbatch(b, s, h),
             _exact(0.125),
             "{:.3f}",
+            why=(
+                "scatter/gather sends 1/t of a microbatch's bytes across nodes (§4.4.1); otherwise the byte "
+                "count changed"
+            ),
         )
     )
     return rows
 
 
-def speed_rows(quick: bool) -> list[Row]:
-    """Claim 5: the issue-7 speed targets. Each is checked on the best CPU time of this process over
+def speed_rows(quick: bool) -> list[ClaimRow]:
+    """Claim 5: our speed targets. Each is checked on the best CPU time of this process over
     repeated calls, since the wall time on a shared machine mostly measures the other jobs; the best
     wall time is printed beside it."""
     schedule, costs, devices, network = vgg16_1f1b_inputs(64)
@@ -471,31 +537,30 @@ def speed_rows(quick: bool) -> list[Row]:
     for cid, text, call, repeats, target in timings:
         wall, cpu = best_times(call, repeats)
         rows.append(
-            Row(
+            ClaimRow(
                 f"speed-{cid}",
                 f"{text}: CPU seconds (wall {wall:.3f} s)",
-                "issue 7",
+                "speed target",
                 f"<= {target:g} s",
                 cpu,
                 (0.0, target),
                 "{:.3f}",
+                why=(
+                    "the simulator or the planner got slower than its target on this machine's CPU time (a "
+                    "loaded or slower machine also moves it)"
+                ),
             )
         )
     return rows
 
 
 def reproduce(quick: bool, out: Path) -> int:
-    """Compute every claim, print the table and save ``<out>/claims.json``; 0 when every checked claim
+    """Compute every claim, print the table and save ``<out>/claims.json``; 0 when every gated claim
     holds, else 1."""
     started = time.perf_counter()
     rows = [*oracle_rows(quick), *brute_force_rows(quick), *choice_rows(), *ptdp_rows(), *speed_rows(quick)]
-    code = save_and_print("pipedream", quick, out, [SEED], rows)
-    checked = [r for r in rows if r.ok is not None]
-    print(
-        f"{sum(bool(r.ok) for r in checked)}/{len(checked)} checked claims hold, "
-        f"{len(rows) - len(checked)} reported only; {time.perf_counter() - started:.1f} s"
-    )
-    return code
+    print(f"computed {len(rows)} claims in {time.perf_counter() - started:.1f} s")
+    return report("pipedream", PAPER, quick, [SEED], out, rows)
 
 
 if __name__ == "__main__":  # python -m clustertwin.reproduce_pipedream [--quick] [OUT]

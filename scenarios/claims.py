@@ -2,7 +2,8 @@
 
 A claims file (``scenarios/claims/<name>.yaml``) lists claims. Each names a scenario file, the overrides
 that make its *treatment* and its *baseline*, a metric, and the paper's value of the ratio
-``metric(baseline) / metric(treatment)`` (e.g. 3.5 for "3.5x lower average JCT"). Ours is that ratio
+``metric(baseline) / metric(treatment)`` (e.g. 3.5 for "3.5x lower average JCT"), where the paper says it
+(``source``) and why ours may miss it (``why``, printed when the claim does not hold). Ours is that ratio
 averaged over seeds; the claim holds when it lies in ``accept``. A ``quick`` variant adds overrides that
 shrink the run for CI.
 """
@@ -31,14 +32,14 @@ class Claim(BaseModel):
 
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
     claim: str
-    source: str  # section / figure of the paper
+    source: Annotated[str, Field(min_length=1)]  # section / figure of the paper
     paper: float
     scenario: str  # relative to scenarios/
     metric: str  # a key of the run's flat metrics
     treatment: list[str] = Field(default_factory=list)
     baseline: list[str] = Field(default_factory=list)
     accept: tuple[float, float]  # ours must lie in [low, high]
-    why: str = ""  # why the acceptance band is what it is
+    why: Annotated[str, Field(min_length=1)]  # why ours may miss the paper's value: printed when it does
     full: Variant = Variant(seeds=[0, 1, 2])
     quick: Variant = Variant()
 

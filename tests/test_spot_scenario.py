@@ -44,11 +44,12 @@ def test_relative_trace_paths_resolve_against_the_scenario_file(tmp_path: Path) 
 
 
 def test_stage_claims_are_computed_not_asserted() -> None:
-    rows = {r["claim"].split(" [")[0]: r for r in stage_claims()}
-    assert rows["Stage 1 slowdown at 60T:4R"]["ok"]
-    assert rows["Stage 3 slowdown at 63T:1R"]["ok"]
+    rows = {r.id: r for r in stage_claims()}
+    assert rows["stage1-60t4r"].holds
+    assert rows["stage3-63t1r"].holds
     # The reproduction reports a miss honestly rather than hiding it.
-    assert all(isinstance(r["ok"], bool) for r in rows.values())
+    assert all(isinstance(r.holds, bool) for r in rows.values())
+    assert not rows["stage1-32t32r"].gated and rows["stage1-32t32r"].why
 
 
 def test_claim_ratios_use_means_over_starts() -> None:
@@ -77,12 +78,14 @@ def test_reproduction_caches_runs_and_exit_status_follows_the_claims(
     monkeypatch.setattr(rp, "MARKETS", {"real": ()})
     monkeypatch.setattr(rp, "JOB_HOURS", (2.0,))
     rc = rp.reproduce(quick=True, out=tmp_path)
-    rows = json.loads((tmp_path / "claims.json").read_text())
-    assert rc == (0 if all(r["ok"] for r in rows if r["gate"]) else 1)
-    assert any(not r["gate"] for r in rows) and any(r["gate"] for r in rows)
+    rows = json.loads((tmp_path / "claims.json").read_text())["claims"]
+    assert rc == (0 if all(r["holds"] for r in rows if r["gated"]) else 1)
+    assert any(not r["gated"] for r in rows) and any(r["gated"] for r in rows)
+    assert all(r["id"] for r in rows) and len({r["id"] for r in rows}) == len(rows)
     assert len(list((tmp_path / "runs").glob("*.json"))) == 4 * len(rp.CONFIGS)
     first = capsys.readouterr().out
-    assert "Proteus cost vs all on-demand [real, 2h]" in first
+    assert "proteus-vs-on-demand-real-2h" in first
+    assert "Proteus cost vs all on-demand [real market, 2 h job]" in {r["claim"] for r in rows}
 
     def no_new_runs(overrides):  # a rerun must come entirely from the cache
         raise AssertionError(f"ran again: {overrides}")
