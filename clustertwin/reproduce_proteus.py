@@ -23,11 +23,11 @@ Which rows decide the exit status (``gated``): the paper's cost and runtime *mag
 the 2016 auction market, whose bidding spikes and refunded hours produced them; no 2016 trace is public
 and the 2020 prices we replay do not have that behaviour (docs/algorithms/proteus.md, "Why our numbers
 differ"). Those rows are printed beside the paper's values with that reason (``why``) but do not gate.
-What must hold on the markets we replay (the real prices and the synthetic trace fitted to them) gates: the order of
-the four schemes' costs, Proteus finishing before Standard+Checkpoint, the just-above scheme costing more,
-and the AgileML stage slowdowns of Figs. 11-14 except stage 1 at 32:32, which our bandwidth model (no
-communication/computation overlap) misses and reports. The what-if market is our own a-priori spike model:
-reported only. Exit status 1 when any gating claim fails.
+What must hold on the markets we replay (the real prices and the synthetic trace fitted to them) gates: the
+order of the four schemes' costs, Proteus finishing before Standard+Checkpoint, the just-above scheme
+costing more, and the AgileML stage slowdowns of Figs. 11-14 except stage 1 at 32:32, which our bandwidth
+model (no communication/computation overlap) misses and reports. The what-if market is our own a-priori
+spike model: reported only. Exit status 1 when any gating claim fails.
 """
 
 from __future__ import annotations
