@@ -12,6 +12,7 @@ Bad input raises :class:`~clustertwin.scenarios.errors.InputError` naming the fi
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -139,5 +140,10 @@ def _executor(scenario: Any, backend: str) -> Executor:
     if backend == "real":
         if spec.run_real is None:
             raise InputError(scenario.source, f"--backend real is not available for kind {spec.name} yet")
+        if importlib.util.find_spec("torch") is None:
+            raise InputError(
+                f"{scenario.source}: --backend real",
+                "real runs need torch, which is not installed: pip install 'clustertwin[runtime]'",
+            )
         return spec.run_real
     raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")

@@ -241,9 +241,11 @@ def _validate(args: argparse.Namespace) -> int:
     if suite_only:
         raise InputError("validate", f"{', '.join(suite_only)} only go with --backend (the fidelity suite)")
     scenario = load_scenario(args.scenario, args.overrides)
-    check = get_kind(scenario.kind).check
-    if check is not None:
-        check(scenario, "sim")
+    spec = get_kind(scenario.kind)
+    if spec.check is not None:
+        spec.check(scenario, "sim")
+    if spec.prepare is not None:
+        spec.prepare(scenario)
     print("ok")
     return 0
 

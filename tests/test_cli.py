@@ -50,7 +50,8 @@ class FakeSim:
 
 
 def use_simulator(monkeypatch: pytest.MonkeyPatch, fake: FakeSim) -> None:
-    monkeypatch.setitem(kinds.KINDS, "gavel", replace(kinds.get_kind("gavel"), simulate=fake))
+    # The fake stands in for the whole simulation, its preparation included.
+    monkeypatch.setitem(kinds.KINDS, "gavel", replace(kinds.get_kind("gavel"), simulate=fake, prepare=None))
 
 
 @pytest.fixture
@@ -237,3 +238,33 @@ def test_an_os_error_on_a_given_path_is_a_message_not_a_traceback(tmp_path: Path
     assert main(["report", str(tmp_path / "file" / "run")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("trace", "expected"),
+    [
+        ("garbage line here\n", "a Gavel trace has 10 or 7"),
+        ("", "trace has no jobs"),
+        ("NoSuchJob (batch size 32)\tx\t.\t--max-steps\t0\t150\t1\t1\t-1\t0\n", "job type 'NoSuchJob"),
+    ],
+)
+def test_validate_finds_what_run_would_refuse(tmp_path: Path, capsys, trace: str, expected: str) -> None:
+    (tmp_path / "my.trace").write_text(trace)
+    overrides = ["--set", f"workload.trace={tmp_path / 'my.trace'}", "--set", "workload.generate=null"]
+    assert main(["validate", "scenarios/gavel-default.yaml", *overrides]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_a_real_run_without_torch_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real_find_spec(name, *a)
+    )
+    status = main(["run", "scenarios/gavel-real-cpu.yaml", "--backend", "real", "--out", str(tmp_path / "r")])
+    assert status == 2
+    assert "pip install 'clustertwin[runtime]'" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -109,6 +109,7 @@ SPEC = KindSpec(
     simulate=lazy("clustertwin.sim.gavel.setup:run"),
     run_real=_run_real,
     check=_check,
+    prepare=lazy("clustertwin.sim.gavel.setup:build"),
     plot=lazy("clustertwin.analysis.gavel_plots:plot_run"),
     summary=_summary,
     comparison=Comparison(tuple(COMPARED), _compare),

@@ -30,6 +30,7 @@ SPEC = KindSpec(
     check_tables=lazy("clustertwin.scenarios.pipedream_results:check_pipedream_tables"),
     metrics=result_metrics("clustertwin.analysis.pipedream_metrics:pipedream_metrics"),
     simulate=lazy("clustertwin.sim.pipedream:run"),
+    prepare=lazy("clustertwin.sim.pipedream.runner:build"),
     plot=lazy("clustertwin.analysis.pipedream_plots:plot_pipedream_run"),
     reproduce=Reproduce(lambda: ["pipedream"], _reproduce),
     bench=_bench,

@@ -82,7 +82,8 @@ class KindSpec:
       event tables; None where the kind has no such backend (``no_simulator`` then says why, and what to
       use instead). A real run may write its tables so far into ``snapshot_dir`` as it goes.
     - ``check(scenario, backend)`` fails with InputError before any work starts (a policy that cannot
-      be built, a section the backend needs).
+      be built, a section the backend needs); ``prepare(scenario)`` builds everything a simulation needs
+      without running it (traces, tables, plans), so that ``validate`` finds what ``run`` would refuse.
     - ``plot(run_dir)`` draws a run folder's PNGs and returns their paths; ``summary(metrics, info)`` is
       the rich table printed after a run (default: every metric).
     - ``comparison``, ``reproduce``, ``profile`` (calibration: measure on real workers) and ``bench``
@@ -99,6 +100,7 @@ class KindSpec:
     no_simulator: str = ""
     run_real: Callable[[Any, Progress | None, Path | None], RunResult] | None = None
     check: Callable[[Any, str], None] | None = None
+    prepare: Callable[[Any], object] | None = None
     plot: Callable[[Path], list[Path]] | None = None
     summary: Callable[[dict[str, float], dict[str, Any]], Any] | None = None
     comparison: Comparison | None = None

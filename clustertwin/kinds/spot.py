@@ -43,6 +43,15 @@ def _run_real(scenario: SpotScenario, progress: Progress | None, snapshot_dir: P
     return run_real(scenario, progress)
 
 
+def _prepare(scenario: SpotScenario) -> object:
+    """The market the simulation would replay (a real run's market is its own ``real:`` section)."""
+    if scenario.real is not None:
+        return None
+    from clustertwin.sim.spot.setup import build
+
+    return build(scenario)
+
+
 def _reproduce(name: str, quick: bool, *, out: Path, workers: int | None) -> int:
     from clustertwin.reproduce_proteus import reproduce
 
@@ -57,6 +66,7 @@ SPEC = KindSpec(
     check_tables=_check_tables,
     metrics=_metrics,
     simulate=lazy("clustertwin.sim.spot:run"),
+    prepare=_prepare,
     run_real=_run_real,
     reproduce=Reproduce(lambda: ["proteus"], _reproduce),
 )
