@@ -268,3 +268,16 @@ def test_a_real_run_without_torch_says_how_to_install_it(
     assert status == 2
     assert "pip install 'clustertwin[runtime]'" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_the_printed_summary_says_why_jobs_are_left_unfinished() -> None:
+    from rich.console import Console
+
+    summary = kinds.get_kind("gavel").summary
+    console = Console(width=200, record=True)
+    console.print(summary({"jobs_total": 300, "jobs_completed": 299, "avg_jct_s": 3600.0}, {}))
+    text = console.export_text()
+    assert "299 of 300 jobs completed" in text and "measured window" in text
+    console = Console(width=200, record=True)
+    console.print(summary({"jobs_total": 5, "jobs_completed": 5}, {}))
+    assert "of 5 jobs" not in console.export_text()

@@ -13,8 +13,6 @@ from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.gavel_schema import PATH_FIELDS, Scenario
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from clustertwin.scenarios.results import RunResult
 
 # The metrics a comparison gives -> the (sim, real) fields of ``analysis/compare.py``'s headline.
@@ -83,7 +81,7 @@ _HEADLINE: dict[str, tuple[str, Callable[[float], str]]] = {
 }
 
 
-def _summary(metrics: dict[str, float], info: dict[str, Any]) -> Table:
+def _summary(metrics: dict[str, float], info: dict[str, Any]) -> Any:
     from rich.table import Table
 
     table = Table(title="result", show_header=False)
@@ -96,6 +94,16 @@ def _summary(metrics: dict[str, float], info: dict[str, Any]) -> Table:
     wall = info.get("wall_s")
     if isinstance(wall, int | float):
         table.add_row("wall time", f"{wall:.1f} s")
+    total, done = metrics.get("jobs_total"), metrics.get("jobs_completed")
+    if total is not None and done is not None and done < total:
+        from rich.console import Group
+        from rich.text import Text
+
+        note = (
+            f"{done:.0f} of {total:.0f} jobs completed: the run stops once every job of the measured window"
+            " has finished, leaving later arrivals unfinished"
+        )
+        return Group(table, Text(note))
     return table
 
 
