@@ -300,6 +300,14 @@ def _kind_of_run(run_dir: Path) -> KindSpec:
     return get_kind(kind)
 
 
+def _backend_of_run(run_dir: Path) -> str:
+    """``sim`` or ``real``, as the run folder's summary.json says."""
+    try:
+        return str(json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("backend", "?"))
+    except (OSError, ValueError, AttributeError):
+        return "?"
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"reproduce-{args.name}{'-quick' if args.quick else ''}"
     known: list[str] = []
@@ -318,6 +326,14 @@ def _compare(args: argparse.Namespace) -> int:
     if spec.comparison is None:
         raise InputError(str(args.sim_dir), f"no sim-vs-real comparison for scenario kind {spec.name} yet")
     out = args.out or args.real_dir / f"compare-vs-{args.sim_dir.resolve().name}"
+    sides = {"prediction": args.sim_dir, "reference": args.real_dir}
+    for role, folder in sides.items():
+        print(f"{role}: {folder} ({_backend_of_run(folder)})", file=sys.stderr)
+    if _backend_of_run(args.real_dir) != "real":
+        print(
+            f"note: {args.real_dir} is not a real run; it is the reference the errors are measured against",
+            file=sys.stderr,
+        )
     # Written before printing, so an unusable --out fails with no half report on the screen.
     compared = spec.comparison.compare(args.sim_dir, args.real_dir, out)
     for key, value in compared.headline.items():

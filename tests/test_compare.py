@@ -150,6 +150,16 @@ def test_failed_write_keeps_the_old_file(runs: tuple[Path, Path], tmp_path: Path
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
+def test_cli_names_each_side_and_flags_a_simulated_reference(tmp_path: Path, capsys) -> None:
+    first = write(tmp_path / "a", small_result(), "sim")
+    second = write(tmp_path / "b", real_result(), "sim")
+    assert main(["compare", str(first), str(second), "--out", str(tmp_path / "cmp")]) == 0
+    err = capsys.readouterr().err
+    assert f"prediction: {first} (sim)" in err and f"reference: {second} (sim)" in err
+    assert "is not a real run" in err
+    assert (tmp_path / "cmp" / "compare.json").is_file() and not (second / "compare-vs-a").exists()
+
+
 def test_missing_folder_is_an_input_error(runs: tuple[Path, Path], tmp_path: Path, capsys) -> None:
     missing = tmp_path / "nope"
     assert main(["compare", str(missing), str(runs[1])]) == 2
