@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from clustertwin.policies.agileml import StageThresholds
+from clustertwin.policies.bidbrain.history import HORIZON_S
 from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, FaultTolerance, FaultToleranceSettings
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from clustertwin.scenarios.price_fields import BUNDLED_TRACE_NAMES, iso_text, on_demand_table, price_trace
@@ -84,6 +85,16 @@ class MarketSpec(_Strict):
     synthetic: Synthetic | None = None
 
     _iso = field_validator("start", mode="before")(iso_text)
+
+    @field_validator("train_days")
+    @classmethod
+    def _covers_the_horizon(cls, days: float) -> float:
+        if days * 86400.0 < HORIZON_S:
+            raise ValueError(
+                f"the training window ({days:g} days) must cover BidBrain's {HORIZON_S / 3600:g} h horizon"
+            )
+        return days
+
     _trace_exists = field_validator("trace")(price_trace)
     _table_exists = field_validator("on_demand")(on_demand_table)
 

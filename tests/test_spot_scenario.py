@@ -32,6 +32,8 @@ def test_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
         load_scenario(DEFAULT_SPOT_SCENARIO, ["market.trace=nowhere.csv"])
     with pytest.raises(InputError, match="fixed_preemptible"):
         load_scenario(DEFAULT_SPOT_SCENARIO, ["billing.model=fixed_preemptible"])
+    with pytest.raises(InputError, match="field market.train_days: the training window .* 1 h horizon"):
+        load_scenario(DEFAULT_SPOT_SCENARIO, ["market.train_days=0.01"])
 
 
 def test_relative_trace_paths_resolve_against_the_scenario_file(tmp_path: Path) -> None:

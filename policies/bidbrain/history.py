@@ -37,6 +37,10 @@ class PriceSeries:
         return self.prices[np.clip(idx, 0, len(self.prices) - 1)]
 
 
+# How far ahead β and the time to eviction are tabulated: BidBrain plans an allocation an hour at a time.
+HORIZON_S = 3600.0
+
+
 @dataclass(frozen=True)
 class EvictionTable:
     """``beta[m][j]`` and ``tte_median_s[m][j]`` for market ``m`` and bid delta ``deltas[j]``."""
@@ -44,7 +48,7 @@ class EvictionTable:
     deltas: tuple[float, ...]
     beta: Mapping[Market, np.ndarray]
     tte_median_s: Mapping[Market, np.ndarray]
-    horizon_s: float = 3600.0
+    horizon_s: float = HORIZON_S
 
     def lookup(self, market: Market, delta: float) -> tuple[float, float]:
         """(β, median TTE s) for a bid ``delta`` above the current price.
@@ -64,7 +68,7 @@ def estimate_eviction_table(
     window_s: tuple[float, float],
     deltas: tuple[float, ...] = DEFAULT_DELTAS,
     step_s: float = 60.0,
-    horizon_s: float = 3600.0,
+    horizon_s: float = HORIZON_S,
 ) -> EvictionTable:
     """Replay each market over ``window_s`` = (start, end) and tabulate β and the median TTE per δ.
 
