@@ -109,7 +109,7 @@ class ParameterServer(_Strict):
     latency_s: NonNegativeFloat | None = None
 
 
-class FlexRRRuntime(_Strict):
+class FlexRRReal(_Strict):
     """How the real runtime (``runtime/flexrr``) trains; the simulator ignores this block.
 
     * ``device``: ``cpu`` (gloo processes, the default and what CI runs) or ``cuda``: worker ``w`` trains
@@ -162,7 +162,7 @@ class FlexRRScenario(ScenarioBase):
     rr: RapidReassignment = RapidReassignment()
     stragglers: Stragglers = Stragglers()
     record_messages: bool = True
-    runtime: FlexRRRuntime = FlexRRRuntime()
+    real: FlexRRReal = FlexRRReal()
 
     @field_validator("mode")
     @classmethod

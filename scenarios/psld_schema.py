@@ -55,7 +55,7 @@ class PSCosts(_Strict):
     worker_compute_s: NonNegativeFloat | None = None
 
 
-class PSLDRuntime(_Strict):
+class PSLDReal(_Strict):
     """How ``--backend real`` runs the workers (the simulator ignores this section)."""
 
     device: Literal["cpu", "cuda"] = "cpu"  # cuda: worker w computes on cuda:(w mod #GPUs); PSs stay CPU
@@ -137,7 +137,7 @@ class PSLDScenario(ScenarioBase):
     stragglers: list[Straggler] = Field(default_factory=list)
     regimes: Regimes | None = None
     removals: list[Removal] = Field(default_factory=list)
-    runtime: PSLDRuntime = PSLDRuntime()
+    real: PSLDReal = PSLDReal()
 
     @field_validator("policy")
     @classmethod

@@ -20,7 +20,7 @@ What maps onto the runtime:
   that PS's link (seed 002 §6.1's ``tc`` cap); a ``cpu`` straggler paces the PS's summing at the
   simulator's rate for ``value`` cores (``value x costs.sum_gbytes_per_core_s`` GB/s). Both hold for the
   whole run.
-* **Workers** (``runtime:``): ``device: cuda`` puts worker w's gradient on ``cuda:(w mod #GPUs)``, with
+* **Workers** (``real:``): ``device: cuda`` puts worker w's gradient on ``cuda:(w mod #GPUs)``, with
   its parameters copied in and its gradient copied out for gloo each iteration (the PSs stay CPU
   processes); ``gradient: linear`` computes a linear layer's gradient over a minibatch of the model's
   batch size (``ps.linear_gradient``) instead of the closed-form toy.
@@ -53,7 +53,7 @@ Refused with an ``InputError`` naming the field: ``removals`` (no DEL_SERVER), `
 stragglers that start after 0 or end (the throttle is fixed per run), two stragglers on one PS (one
 throttle per PS), more workers than twice the CPU cores (FlexRR's rule; the PSs mostly wait on sockets
 or sleep in their throttle and are not counted there), more processes in all (standby PSs included)
-than four times the cores, and ``runtime.device: cuda`` without a GPU. Link speeds, ``server_cores``,
+than four times the cores, and ``real.device: cuda`` without a GPU. Link speeds, ``server_cores``,
 ``colocate``, ``costs`` and the model's compute times are simulator parameters: the real run has
 loopback TCP, this host's cores and the runtime's gradient instead of the model's forward/backward
 (``runtime.psld.calibrate`` measures the simulator's values on a real run).
@@ -137,13 +137,13 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
                 f"PS {s.server} has two stragglers; the real runtime has one throttle per PS",
             )
         seen.add(s.server)
-    if scenario.runtime.device == "cuda":
+    if scenario.real.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise InputError(
-                f"{src}: field runtime.device",
-                "runtime.device: cuda needs a CUDA GPU, and torch sees none here; use runtime.device: cpu",
+                f"{src}: field real.device",
+                "real.device: cuda needs a CUDA GPU, and torch sees none here; use real.device: cpu",
             )
     if scenario.block_bytes < 8:
         raise InputError(f"{src}: field block_mb", "a real block holds at least one 8-byte element")
@@ -188,8 +188,8 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
         scheduler=scheduler_config(scenario) if adaptive else None,
         seed=(scenario.seed, POLICY_STREAM),
         cpu_throttle=_rates(scenario, "cpu"),
-        device=scenario.runtime.device,
-        gradient=scenario.runtime.gradient,
+        device=scenario.real.device,
+        gradient=scenario.real.gradient,
         batch=model.batch_size,
     )
 
