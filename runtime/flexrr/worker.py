@@ -142,7 +142,7 @@ def _run_one(
     w0 = problem.initial(device)
     slack = scenario.effective_slack
     nominal = scenario.items_per_worker
-    check_every = max(1, round(machine.n / scenario.rr.message_checks))
+    check_every = machine.check_every
     mailbox = StoreMailbox(store, rank, f"{ns}/mbox")
     cuda = device.type == "cuda"
 
