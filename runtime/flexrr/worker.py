@@ -64,7 +64,7 @@ def worker_main(rank: int, world: int, scenarios_json: list[str], out_dir: str, 
     turn, writing ``out_dir/run{i}/rank{rank}.json``."""
     torch.set_num_threads(1)  # one worker per core (§3.2); CPU processes must not fight over threads
     scenarios = [FlexRRScenario.model_validate_json(j) for j in scenarios_json]
-    device = pick_device(scenarios[0].runtime, rank)
+    device = pick_device(scenarios[0].real, rank)
     store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=300))
     dist.init_process_group("gloo", store=dist.PrefixStore("pg", store), rank=rank, world_size=world)
     data: dict[MLRProblem, tuple[torch.Tensor, torch.Tensor]] = {}
