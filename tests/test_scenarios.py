@@ -269,3 +269,27 @@ def test_a_registered_placement_policy_runs_without_touching_an_executor() -> No
         assert set(loads[loads["bytes"] > 0]["server"]) == {0}
     finally:
         PLACEMENT.unregister("all_on_first")
+
+
+def test_a_registered_straggler_model_runs_without_touching_an_executor() -> None:
+    from clustertwin.policies.flexrr import stragglers
+    from clustertwin.policies.flexrr.straggler_models import STRAGGLERS, StragglerModel
+    from clustertwin.sim.flexrr import run
+
+    @STRAGGLERS.register("first_twice_as_slow")
+    class FirstTwiceAsSlow(StragglerModel):
+        """Worker 0 at half speed."""
+
+        def profiles(self, p, times, machines, rng):  # type: ignore[no-untyped-def]
+            return [stragglers.nominal(t * (2.0 if w == 0 else 1.0)) for w, t in enumerate(times)]
+
+    try:
+        base = ["mode=bsp", "iterations=3", "cluster.machines=2", "cluster.workers_per_machine=2"]
+        plain = run(load_scenario(Path("scenarios/flexrr-default.yaml"), [*base, "stragglers.model=none"]))
+        slowed = load_scenario(
+            Path("scenarios/flexrr-default.yaml"), [*base, "stragglers.model=first_twice_as_slow"]
+        )
+        # BSP without reassignment waits for the slow worker every iteration: twice the makespan
+        assert run(slowed).info["makespan_s"] == pytest.approx(2 * plain.info["makespan_s"], rel=0.01)
+    finally:
+        STRAGGLERS.unregister("first_twice_as_slow")
