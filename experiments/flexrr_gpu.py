@@ -120,15 +120,15 @@ def base_overrides(setup: Setup, batch: int) -> list[str]:
         f"items_per_worker={setup.items}",
         f"rr.message_checks={setup.checks}",
         f"iteration_s={_f(setup.target_iteration_s)}",
-        f"runtime.device={setup.device}",
-        f"runtime.gpus={gpus}",
-        f"runtime.dtype={setup.dtype}",
-        f"runtime.features={setup.features}",
-        f"runtime.classes={setup.classes}",
-        f"runtime.pool={pool}",
-        f"runtime.batch={batch}",
-        "runtime.pacing=compute",
-        f"runtime.poll_s={_f(setup.poll_s)}",
+        f"real.device={setup.device}",
+        f"real.gpus={gpus}",
+        f"real.dtype={setup.dtype}",
+        f"real.features={setup.features}",
+        f"real.classes={setup.classes}",
+        f"real.pool={pool}",
+        f"real.batch={batch}",
+        "real.pacing=compute",
+        f"real.poll_s={_f(setup.poll_s)}",
     ]
 
 
@@ -151,7 +151,7 @@ def profile_scenario(setup: Setup, batch: int) -> FlexRRScenario:
             "mode=bsp",
             f"iterations={setup.profile_iterations}",
             "stragglers.model=none",
-            f"runtime.probe_round_trips={setup.probe_round_trips}",
+            f"real.probe_round_trips={setup.probe_round_trips}",
         ],
     )  # type: ignore[return-value]
 
@@ -271,7 +271,7 @@ def calibrate(profile: RunResult, scenario: FlexRRScenario) -> Calibration:
         raise ValueError("the profiling run needs at least 2 iterations to measure the gate delay")
     ps_sync = max(0.0, float(gaps.mean()))
     if "probe_one_way_s" not in profile.info:
-        raise ValueError("the profiling run timed no mailbox round trips (runtime.probe_round_trips=0)")
+        raise ValueError("the profiling run timed no mailbox round trips (real.probe_round_trips=0)")
     latency = float(profile.info["probe_one_way_s"])
     compute = [float(c) for c in str(profile.info.get("compute_s_per_worker", "")).split(",") if c]
     measured: dict[str, float] = {

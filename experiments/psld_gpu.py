@@ -92,6 +92,12 @@ RUNS = ("profiling", *POLICIES)  # the real runs of one launch, in order
 SEEDS = 8  # simulations per policy for the seeded range (``seed_spread``)
 
 
+def recorded_overrides(overrides: list[str]) -> list[str]:
+    """A saved record's overrides in today's field names: records written while the real-run section was
+    called ``runtime:`` (it is ``real:`` for every kind now) name its fields ``runtime.<field>``."""
+    return [f"real.{o.removeprefix('runtime.')}" if o.startswith("runtime.") else o for o in overrides]
+
+
 def run_overrides(run: str, base: list[str], profile_s: float, run_s: float, warmup_s: float) -> list[str]:
     """The scenario overrides of one of ``RUNS`` (before the calibration's, for a simulation)."""
     if run == "profiling":
@@ -334,10 +340,9 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
     real = {"profiling": results["profiling_it_s"], **{p: by[p]["real_it_s"] for p in POLICIES}}
     saved = {"profiling": results.get("profiling_sim_it_s"), **{p: by[p]["sim_it_s"] for p in POLICIES}}
     out = {}
+    base = recorded_overrides(results["overrides"])
     for run in RUNS:
-        overrides = run_overrides(
-            run, results["overrides"], results["profile_s"], results["duration_s"], results["warmup_s"]
-        )
+        overrides = run_overrides(run, base, results["profile_s"], results["duration_s"], results["warmup_s"])
         sim = _rate(simulate(load_scenario(scenario, [*overrides, *calibration])))
         noiseless = _rate(
             simulate(load_scenario(scenario, [*overrides, *calibration, "costs.timing_noise=0"]))
@@ -542,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     profile_s, run_s, warmup_s, extra = SIZES[size]
-    base = [*extra, f"runtime.device={args.device}"]
+    base = [*extra, f"real.device={args.device}"]
     t0 = time.perf_counter()
     done = real_vs_sim(SCENARIO, base, profile_s, run_s, warmup_s, seeds=args.seeds)
     done["results"]["size"] = size

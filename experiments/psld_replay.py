@@ -51,6 +51,8 @@ from clustertwin.policies.psld.placement import loads_of  # noqa: E402
 from clustertwin.policies.psld.profiling import Sample  # noqa: E402
 from clustertwin.policies.psld.scheduler import PSLDScheduler, SchedulerConfig  # noqa: E402
 
+from experiments.psld_gpu import recorded_overrides  # noqa: E402
+
 DEFAULT_DIR = ROOT / "docs" / "results" / "gpu-2026-11-27" / "psld-gpu-fifth" / "run3"
 
 
@@ -125,8 +127,8 @@ def _run_job(folder: Path) -> tuple[Any, Any]:
     from clustertwin.scenarios.load import load_scenario
 
     results = json.loads((folder / "results.json").read_text())
-    overrides = [o for o in results["overrides"] if not o.startswith("runtime.device")]
-    scenario = load_scenario(ROOT / results["scenario"], [*overrides, "runtime.device=cpu", "policy=psld"])
+    overrides = [o for o in recorded_overrides(results["overrides"]) if not o.startswith("real.device")]
+    scenario = load_scenario(ROOT / results["scenario"], [*overrides, "real.device=cpu", "policy=psld"])
     return scenario, build_job(scenario)
 
 

@@ -51,7 +51,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # python experiments/psld_stragglers_gpu.py from anywhere
     sys.path.insert(0, str(ROOT))
 
-from experiments.psld_gpu import SCENARIO, _rate, run_overrides, seed_spread  # noqa: E402
+from experiments.psld_gpu import (  # noqa: E402
+    SCENARIO,
+    _rate,
+    recorded_overrides,
+    run_overrides,
+    seed_spread,
+)
 
 FAST_GBPS, SLOW_GBPS = 10.0, 1.0  # seed 002 §6.1: links capped at 10 Gbps, a straggler at 1 Gbps
 POLICIES = ("mxnet", "psld")
@@ -239,7 +245,7 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, Any]:
     """``results.json`` of ``folder`` with ``predict``'s simulations recomputed from its calibration (the
     real rates as saved)."""
     results = json.loads((folder / "results.json").read_text())
-    base = results["overrides"]
+    base = recorded_overrides(results["overrides"])
     ks = tuple(results["ks"])
     runs = plan(base, ks, results["profile_s"], results["duration_s"], results["warmup_s"])
     cal = results["calibration"]
@@ -357,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     size = "tiny" if args.tiny else "full"
     profile_s, run_s, warmup_s, extra, ks = SIZES[size]
     ks = tuple(sorted(set(args.k))) if args.k else ks
-    base = [*extra, f"runtime.device={args.device}"]
+    base = [*extra, f"real.device={args.device}"]
     try:
         runs = plan(base, ks, profile_s, run_s, warmup_s)
     except ValueError as e:

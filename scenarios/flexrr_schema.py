@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from clustertwin.policies.flexrr.modes import MODES, mode
+from clustertwin.policies.flexrr.straggler_models import STRAGGLERS, straggler_model
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from pydantic import (
     Field,
@@ -15,13 +17,9 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
-
-Mode = Literal["bsp", "ssp", "bsp_rr", "flexrr"]
-# slack and RapidReassignment of each mode (§3.4.1, "Systems Compared"; SSP's slack is 1)
-MODE_SLACK: dict[str, int] = {"bsp": 0, "ssp": 1, "bsp_rr": 0, "flexrr": 1}
-MODE_RR: dict[str, bool] = {"bsp": False, "ssp": False, "bsp_rr": True, "flexrr": True}
 
 
 class FlexRRCluster(_Strict):
@@ -65,7 +63,7 @@ class Stragglers(_Strict):
       ``traces/alibaba_minibatch.py``), relative to the scenario file.
     """
 
-    model: Literal["none", "slow_worker", "disrupted_machine", "power_law", "uneven", "trace"] = "none"
+    model: str = "none"  # a name of the straggler registry (policies.flexrr.straggler_models.STRAGGLERS)
     delay: NonNegativeFloat = 0.0
     # per delay point (slow_worker, paper 1%) or per machine and period (disrupted_machine, paper 20%);
     # None: the paper's value for the model
@@ -82,6 +80,13 @@ class Stragglers(_Strict):
     # the workers the model slows (None: every worker); the others run at nominal speed. E.g. one
     # persistently slow worker: ``{model: slow_worker, workers: [0], probability: 1.0}``
     workers: list[NonNegativeInt] | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in STRAGGLERS:
+            raise ValueError(f"unknown straggler model {value!r}; known: {', '.join(STRAGGLERS.names())}")
+        return value
 
 
 class ParameterServer(_Strict):
@@ -104,7 +109,7 @@ class ParameterServer(_Strict):
     latency_s: NonNegativeFloat | None = None
 
 
-class FlexRRRuntime(_Strict):
+class FlexRRReal(_Strict):
     """How the real runtime (``runtime/flexrr``) trains; the simulator ignores this block.
 
     * ``device``: ``cpu`` (gloo processes, the default and what CI runs) or ``cuda``: worker ``w`` trains
@@ -141,7 +146,7 @@ class FlexRRScenario(ScenarioBase):
 
     kind: Literal["flexrr"]
     cluster: FlexRRCluster = FlexRRCluster()
-    mode: Mode = "flexrr"
+    mode: str = "flexrr"  # a name of the mode registry (policies.flexrr.modes.MODES)
     slack: NonNegativeInt | None = None  # None: the mode's (0 for BSP and BSP RR, 1 otherwise)
     iterations: PositiveInt = 20  # §3.4.3: "Each experiment ran for 20 iterations"
     items_per_worker: PositiveInt = 1000
@@ -157,7 +162,14 @@ class FlexRRScenario(ScenarioBase):
     rr: RapidReassignment = RapidReassignment()
     stragglers: Stragglers = Stragglers()
     record_messages: bool = True
-    runtime: FlexRRRuntime = FlexRRRuntime()
+    real: FlexRRReal = FlexRRReal()
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, value: str) -> str:
+        if value not in MODES:
+            raise ValueError(f"unknown mode {value!r}; known: {', '.join(MODES.names())}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> FlexRRScenario:
@@ -166,8 +178,9 @@ class FlexRRScenario(ScenarioBase):
                 f"items_per_worker={self.items_per_worker} must be >= rr.message_checks="
                 f"{self.rr.message_checks} (a message check needs at least one item between checks)"
             )
-        if self.stragglers.model == "uneven" and self.cluster.machines % 2:
-            raise ValueError("stragglers.model=uneven needs an even number of machines")
+        model = straggler_model(self.stragglers.model)
+        if model.even_machines and self.cluster.machines % 2:
+            raise ValueError(f"stragglers.model={self.stragglers.model} needs an even number of machines")
         n = self.cluster.workers
         if self.iteration_s_per_worker is not None and len(self.iteration_s_per_worker) != n:
             raise ValueError(
@@ -185,8 +198,9 @@ class FlexRRScenario(ScenarioBase):
             raise ValueError(
                 f"rr.helper_group_size={self.rr.helper_group_size} is larger than the cluster of {n} workers"
             )
-        if self.stragglers.trace_file is not None and self.stragglers.model != "trace":
-            raise ValueError("stragglers.trace_file is read only by stragglers.model=trace")
+        if self.stragglers.trace_file is not None and not model.replays_trace:
+            readers = [e.name for e in STRAGGLERS.entries() if e.factory.replays_trace]
+            raise ValueError(f"stragglers.trace_file is read only by stragglers.model={'|'.join(readers)}")
         bad = [w for w in self.stragglers.workers or [] if w >= n]
         if bad:
             raise ValueError(f"stragglers.workers {bad} out of range: there are {n} workers (0..{n - 1})")
@@ -198,16 +212,9 @@ class FlexRRScenario(ScenarioBase):
         return self.iteration_s if per is None else per[worker]
 
     @property
-    def straggler_probability(self) -> float:
-        p = self.stragglers.probability
-        if p is not None:
-            return p
-        return 0.2 if self.stragglers.model == "disrupted_machine" else 0.01
-
-    @property
     def effective_slack(self) -> int:
-        return MODE_SLACK[self.mode] if self.slack is None else self.slack
+        return mode(self.mode).slack if self.slack is None else self.slack
 
     @property
     def rr_enabled(self) -> bool:
-        return MODE_RR[self.mode]
+        return mode(self.mode).reassigns

@@ -14,6 +14,7 @@ import pandas as pd
 from clustertwin.policies.flexrr import stragglers as st
 from clustertwin.policies.flexrr.config import RRConfig
 from clustertwin.policies.flexrr.groups import helpee_groups, helper_groups, machine_of
+from clustertwin.policies.flexrr.straggler_models import StragglerParams, straggler_model
 from clustertwin.policies.flexrr.worker import RRWorker
 from clustertwin.scenarios.flexrr_results import frame
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
@@ -35,22 +36,35 @@ def rr_config(scenario: FlexRRScenario) -> RRConfig:
     )
 
 
+def straggler_params(scenario: FlexRRScenario) -> StragglerParams:
+    """The scenario's ``stragglers`` section as the straggler models read it (a trace loaded on demand)."""
+    s = scenario.stragglers
+
+    def series() -> list[list[float]]:
+        from clustertwin.traces.alibaba_minibatch import job_factors, trace_factors
+
+        if s.trace_file is not None:
+            return list(trace_factors(Path(s.trace_file)))
+        return [f for job in s.trace_jobs for f in job_factors(job)]
+
+    return StragglerParams(
+        delay=s.delay,
+        probability=s.probability,
+        points_per_iteration=s.points_per_iteration,
+        max_duration=s.max_duration,
+        period_s=s.period_s,
+        alpha=s.alpha,
+        heavy_share=s.heavy_share,
+        heavy_machines=s.heavy_machines,
+        series=series,
+    )
+
+
 def items_per_worker(scenario: FlexRRScenario) -> list[int]:
-    """Items each worker owns. ``uneven`` (§3.4.4): the first half of the machines hold
-    ``heavy_share`` of all items, the rest the remainder."""
+    """Items each worker owns, as the straggler model deals them (equal but for ``uneven``, §3.4.4)."""
     c = scenario.cluster
-    n = scenario.items_per_worker
-    if scenario.stragglers.model != "uneven":
-        return [n] * c.workers
-    share = scenario.stragglers.heavy_share
-    heavy, light = round(2 * share * n), max(1, round(2 * (1 - share) * n))
-
-    def is_heavy(machine: int) -> bool:
-        if scenario.stragglers.heavy_machines == "alternate":
-            return machine % 2 == 0
-        return machine < c.machines // 2
-
-    return [heavy if is_heavy(machine_of(w, c.machines)) else light for w in range(c.workers)]
+    model = straggler_model(scenario.stragglers.model)
+    return model.items(straggler_params(scenario), scenario.items_per_worker, c.workers, c.machines)
 
 
 def profiles(scenario: FlexRRScenario) -> list[st.SpeedProfile]:
@@ -65,58 +79,7 @@ def profiles(scenario: FlexRRScenario) -> list[st.SpeedProfile]:
     def rng(*key: int) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence([scenario.seed, STRAGGLER_STREAM, *key]))
 
-    def build() -> list[st.SpeedProfile]:
-        if s.model in ("none", "uneven") or (
-            s.model in ("slow_worker", "disrupted_machine") and s.delay == 0
-        ):
-            return [st.nominal(t) for t in times]
-        if s.model == "slow_worker":
-            return [
-                st.slow_worker(
-                    rng(w),
-                    times[w],
-                    s.delay,
-                    probability=scenario.straggler_probability,
-                    points_per_iteration=s.points_per_iteration,
-                    max_duration=s.max_duration,
-                )
-                for w in range(c.workers)
-            ]
-        if s.model == "power_law":
-            return [st.power_law(rng(w), times[w], s.alpha) for w in range(c.workers)]
-        if s.model == "disrupted_machine":
-            # one disruptor per machine; its workers share the profile (so they share one iteration time:
-            # that of the machine's first worker)
-            per_machine = [
-                st.disrupted_machine(
-                    rng(m),
-                    times[m],
-                    s.delay,
-                    period_s=s.period_s,
-                    probability=scenario.straggler_probability,
-                )
-                for m in range(c.machines)
-            ]
-            return [per_machine[machine_of(w, c.machines)] for w in range(c.workers)]
-        if s.model == "trace":
-            from clustertwin.traces.alibaba_minibatch import job_factors, trace_factors
-
-            if s.trace_file is not None:
-                series = list(trace_factors(Path(s.trace_file)))
-            else:
-                series = [f for job in s.trace_jobs for f in job_factors(job)]
-            offsets = rng(0).integers(0, 10**6, c.workers)
-            # worker w replays trace worker w mod len(series) from a random start, so co-replaying
-            # workers are not in lockstep
-            return [
-                st.trace_driven(
-                    times[w], series[w % len(series)], int(offsets[w]) % len(series[w % len(series)])
-                )
-                for w in range(c.workers)
-            ]
-        raise ValueError(f"unknown straggler model {s.model!r}")  # pragma: no cover - schema forbids it
-
-    built = build()
+    built = straggler_model(s.model).profiles(straggler_params(scenario), times, c.machines, rng)
     return [p if w in slowed else st.nominal(times[w]) for w, p in enumerate(built)]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from clustertwin.policies.psld.policies import PLACEMENT, Placement, placement
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from pydantic import (
     Field,
@@ -21,8 +22,6 @@ from pydantic import (
     model_validator,
 )
 
-Policy = Literal["psld", "psld_noexplore", "strawman", "mxnet", "tensorflow", "byteps"]
-ADAPTIVE = ("psld", "psld_noexplore", "strawman")  # policies with a scheduler that reassigns
 MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "resnet101")  # traces.psld_models.PSLD_MODELS
 
 
@@ -56,7 +55,7 @@ class PSCosts(_Strict):
     worker_compute_s: NonNegativeFloat | None = None
 
 
-class PSLDRuntime(_Strict):
+class PSLDReal(_Strict):
     """How ``--backend real`` runs the workers (the simulator ignores this section)."""
 
     device: Literal["cpu", "cuda"] = "cpu"  # cuda: worker w computes on cuda:(w mod #GPUs); PSs stay CPU
@@ -126,7 +125,7 @@ class PSLDScenario(ScenarioBase):
     model: str = "resnet50"
     batch_size: PositiveInt | None = None  # per GPU; None: the paper's (32 / 32 / 64, §6.1)
     compute_scale: PositiveFloat = 1.0  # multiplies the profiled GPU compute times
-    policy: Policy = "psld"
+    policy: str = "psld"  # a name of the placement registry (policies.psld.policies.PLACEMENT)
     mode: Literal["byteps", "vanilla"] = "byteps"  # §6.1: results are BytePS unless stated
     block_mb: PositiveFloat = 4.0  # partition size (Fig. 19c); MXNet's split threshold too
     mxnet_small: Literal["random", "hash"] = "random"  # MXNet's small tensors: paper's words | its code
@@ -138,7 +137,14 @@ class PSLDScenario(ScenarioBase):
     stragglers: list[Straggler] = Field(default_factory=list)
     regimes: Regimes | None = None
     removals: list[Removal] = Field(default_factory=list)
-    runtime: PSLDRuntime = PSLDRuntime()
+    real: PSLDReal = PSLDReal()
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in PLACEMENT:
+            raise ValueError(f"unknown policy {value!r}; known: {', '.join(PLACEMENT.names())}")
+        return value
 
     @field_validator("model")
     @classmethod
@@ -158,8 +164,9 @@ class PSLDScenario(ScenarioBase):
         for i, r in enumerate(self.removals):
             if r.server >= total:
                 raise ValueError(f"removals[{i}].server={r.server} names a missing PS (0..{total - 1})")
-        if self.removals and self.policy not in ADAPTIVE:
-            raise ValueError(f"removals need an adaptive policy ({', '.join(ADAPTIVE)}), not {self.policy}")
+        if self.removals and not self.placement.adaptive:
+            adaptive = [e.name for e in PLACEMENT.entries() if e.factory().adaptive]
+            raise ValueError(f"removals need an adaptive policy ({', '.join(adaptive)}), not {self.policy}")
         if self.regimes is not None:
             for s in self.regimes.servers:
                 if s >= total:
@@ -176,6 +183,11 @@ class PSLDScenario(ScenarioBase):
                 f"block_mb={self.block_mb}: a PS would hold nothing"
             )
         return self
+
+    @property
+    def placement(self) -> Placement:
+        """The entry of the placement registry that ``policy`` names."""
+        return placement(self.policy)
 
     @property
     def block_bytes(self) -> int:

@@ -1,6 +1,6 @@
 """``experiments/flexrr_gpu.py`` (issue 4, must-show 3) run tiny on CPU processes (gloo).
 
-The GPU paths (``runtime.device: cuda``) are not exercised here; the steps are the same: profile,
+The GPU paths (``real.device: cuda``) are not exercised here; the steps are the same: profile,
 calibrate, the four modes for real in one launch, the calibrated simulations, the table and the report.
 """
 
@@ -140,7 +140,7 @@ def test_calibrate_measures_processing_gate_and_latency():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_tiny_experiment_on_cuda(tmp_path):
-    """On a GPU host only: the same steps with ``runtime.device: cuda`` (float32, sized batch)."""
+    """On a GPU host only: the same steps with ``real.device: cuda`` (float32, sized batch)."""
     setup = fg.Setup.for_device(
         "cuda", quick=True, iterations=3, profile_iterations=2, items=100, checks=10,
         target_iteration_s=0.05, probe_round_trips=5,

@@ -1,5 +1,5 @@
 """The scenario fields a calibrated or GPU FlexRR run uses, without starting processes: per-worker
-iteration times, stragglers restricted to some workers, the ``runtime:`` block, and the MLR problem's
+iteration times, stragglers restricted to some workers, the ``real:`` block, and the MLR problem's
 mini-batch items over a cyclic pool (``runtime/flexrr/model.py``)."""
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ def test_calibration_fields_are_checked():
     with pytest.raises(InputError, match="stragglers.workers"):
         load_scenario(base, [*SMALL, "stragglers.workers=[4]"])
     with pytest.raises(InputError):
-        load_scenario(base, [*SMALL, "runtime.device=tpu"])
+        load_scenario(base, [*SMALL, "real.device=tpu"])
     s = load_scenario(base, SMALL)
-    assert s.runtime.device == "cpu" and s.runtime.pacing == "profile"  # CPU behaviour by default
+    assert s.real.device == "cpu" and s.real.pacing == "profile"  # CPU behaviour by default
 
 
 def test_items_as_minibatches_over_a_cyclic_pool():
@@ -74,8 +74,8 @@ def test_default_problem_is_one_example_per_item():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a host without CUDA")
 def test_cuda_without_a_gpu_is_a_clear_error():
     from clustertwin.runtime.flexrr.worker import pick_device
-    from clustertwin.scenarios.flexrr_schema import FlexRRRuntime
+    from clustertwin.scenarios.flexrr_schema import FlexRRReal
 
-    assert pick_device(FlexRRRuntime(), 3).type == "cpu"
+    assert pick_device(FlexRRReal(), 3).type == "cpu"
     with pytest.raises(RuntimeError, match="no CUDA device"):
-        pick_device(FlexRRRuntime(device="cuda"), 0)
+        pick_device(FlexRRReal(device="cuda"), 0)

@@ -55,11 +55,11 @@ def test_tiny_cpu_run_writes_a_complete_table(tmp_path: Path, capsys) -> None:
 
 def test_gpu_scenario_maps_onto_the_job() -> None:
     path = Path(__file__).resolve().parents[1] / "scenarios" / "psld-real-gpu.yaml"
-    job = build_job(load_scenario(path, ["runtime.device=cpu"]))
+    job = build_job(load_scenario(path, ["real.device=cpu"]))
     assert (job.device, job.gradient, job.batch, job.mode) == ("cpu", "linear", 32, "vanilla")
     assert job.throttle == {2: 1e9 / 8} and job.cpu_throttle is None
     assert (job.servers, job.workers) == (3, 4)
     if not torch.cuda.is_available():
         with pytest.raises(InputError) as err:
             check_real(load_scenario(path))
-        assert err.value.where.endswith("field runtime.device")
+        assert err.value.where.endswith("field real.device")

@@ -17,7 +17,7 @@ from clustertwin.sim.psld import run
 
 from experiments.psld_gpu import FROZEN, ROOT, SCENARIO, _rate, final_map, resim
 
-SHORT = ["runtime.device=cpu", "duration_s=3.0", "warmup_s=1.0"]
+SHORT = ["real.device=cpu", "duration_s=3.0", "warmup_s=1.0"]
 
 
 def test_pinning_the_policy_s_own_map_changes_nothing() -> None:
@@ -71,7 +71,7 @@ def test_resim_reads_the_map_from_a_saved_folder(tmp_path: Path) -> None:
     table = [{"policy": p, "real_it_s": 1.0, "sim_it_s": 2.0} for p in ("mxnet", "psld")]
     results = {
         "scenario": str(SCENARIO.relative_to(ROOT)),
-        "overrides": ["runtime.device=cpu"],
+        "overrides": ["runtime.device=cpu"],  # as records saved before the section was named real: say
         "profile_s": 2.0,
         "duration_s": 3.0,
         "warmup_s": 1.0,

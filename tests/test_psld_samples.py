@@ -86,7 +86,7 @@ def _replay(sample_of: str, reports: int = 32) -> list[tuple[int, dict[int, floa
     bound by their CPU at 1.4 ns/B), with samples from push issue (``raw``), ``dequeued`` or ``shaped``
     (each block's own service, twice the link's per-byte time on the link-bound PS 2: in and out; no
     wait for the other workers' pushes)."""
-    sc = load_scenario(SCENARIO, ["runtime.device=cpu"])
+    sc = load_scenario(SCENARIO, ["real.device=cpu"])
     job = build_job(sc)
     sizes = [b.nbytes for b in job.blocks]
     per_byte = {0: 1.4e-9, 1: 1.4e-9, 2: job.workers / 125e6}

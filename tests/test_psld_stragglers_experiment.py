@@ -14,7 +14,7 @@ from clustertwin.scenarios.load import load_scenario
 
 from experiments.psld_stragglers_gpu import SCENARIO, growth, links, main, plan
 
-TINY = ["cluster.workers=2", "cluster.servers=4", "runtime.device=cpu"]
+TINY = ["cluster.workers=2", "cluster.servers=4", "real.device=cpu"]
 
 
 def test_every_ps_gets_an_emulated_nic_the_first_k_at_1_gbit() -> None:

@@ -11,7 +11,7 @@ from clustertwin.sim.psld import run
 
 from experiments.psld_gpu import SCENARIO, _rate, seed_spread
 
-SHORT = ["runtime.device=cpu", "duration_s=3.0", "warmup_s=1.0"]
+SHORT = ["real.device=cpu", "duration_s=3.0", "warmup_s=1.0"]
 
 
 def _samples(sigma: float, workers: int = 3, blocks: int = 12, iterations: int = 60, seed: int = 0):

@@ -235,3 +235,67 @@ def test_scenario_dict_round_trips() -> None:
     again = Scenario.model_validate(data)
     assert scenario_to_dict(again) == data and again.cluster == scenario.cluster
     assert scenario.source == str(DEFAULT_SCENARIO)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "override", "field", "known"),
+    [
+        ("psld", "policy=nope", "policy", "byteps, mxnet, psld, psld_noexplore, strawman, tensorflow"),
+        ("flexrr", "mode=nope", "mode", "bsp, bsp_rr, flexrr, ssp"),
+        (
+            "flexrr",
+            "stragglers.model=nope",
+            "stragglers.model",
+            "disrupted_machine, none, power_law, slow_worker, trace, uneven",
+        ),
+    ],
+)
+def test_registry_fields_list_the_known_names(scenario: str, override: str, field: str, known: str) -> None:
+    message = error_of(Path(f"scenarios/{scenario}-default.yaml"), [override])
+    assert f"field {field}:" in message and "'nope'" in message and f"known: {known}" in message
+
+
+def test_a_registered_placement_policy_runs_without_touching_an_executor() -> None:
+    from clustertwin.policies.psld.policies import PLACEMENT, Placement
+    from clustertwin.sim.psld import run
+
+    @PLACEMENT.register("all_on_first")
+    class AllOnFirst(Placement):
+        """Every block on the first PS."""
+
+        def layout(self, tensors, servers, block_bytes, rng, small):  # type: ignore[no-untyped-def]
+            blocks, _ = PLACEMENT.get("psld")().layout(tensors, servers, block_bytes, rng, small)
+            return blocks, [servers[0]] * len(blocks)
+
+    try:
+        scenario = load_scenario(
+            Path("scenarios/psld-default.yaml"), ["policy=all_on_first", "duration_s=5", "warmup_s=1"]
+        )
+        loads = run(scenario).tables["loads"]
+        assert set(loads[loads["bytes"] > 0]["server"]) == {0}
+    finally:
+        PLACEMENT.unregister("all_on_first")
+
+
+def test_a_registered_straggler_model_runs_without_touching_an_executor() -> None:
+    from clustertwin.policies.flexrr import stragglers
+    from clustertwin.policies.flexrr.straggler_models import STRAGGLERS, StragglerModel
+    from clustertwin.sim.flexrr import run
+
+    @STRAGGLERS.register("first_twice_as_slow")
+    class FirstTwiceAsSlow(StragglerModel):
+        """Worker 0 at half speed."""
+
+        def profiles(self, p, times, machines, rng):  # type: ignore[no-untyped-def]
+            return [stragglers.nominal(t * (2.0 if w == 0 else 1.0)) for w, t in enumerate(times)]
+
+    try:
+        base = ["mode=bsp", "iterations=3", "cluster.machines=2", "cluster.workers_per_machine=2"]
+        plain = run(load_scenario(Path("scenarios/flexrr-default.yaml"), [*base, "stragglers.model=none"]))
+        slowed = load_scenario(
+            Path("scenarios/flexrr-default.yaml"), [*base, "stragglers.model=first_twice_as_slow"]
+        )
+        # BSP without reassignment waits for the slow worker every iteration: twice the makespan
+        assert run(slowed).info["makespan_s"] == pytest.approx(2 * plain.info["makespan_s"], rel=0.01)
+    finally:
+        STRAGGLERS.unregister("first_twice_as_slow")

@@ -147,6 +147,12 @@ class RRWorker:
         self._replica_lo = self.lo + math.floor((1.0 - config.replication) * self.n)
 
     # ---- queries -------------------------------------------------------------------------------
+    @property
+    def check_every(self) -> int:
+        """Items of processing between two message checks (Table 3.1: ``message_checks`` per iteration of
+        this worker's own items); an executor checks the mailbox at every multiple of it."""
+        return max(1, round(self.n / self.config.message_checks))
+
     def fraction_done(self) -> float:
         """Progress through the current iteration [interp: given-away items count as progress]."""
         if self.phase is not Phase.OWN:

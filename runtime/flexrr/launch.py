@@ -57,9 +57,9 @@ def run_real_many(scenarios: list[FlexRRScenario], out_dir: Path) -> list[tuple[
                 " server's traffic (simulator only); set ps.model_bytes: 0 for --backend real",
             )
     world = scenarios[0].cluster.workers
-    first = scenarios[0].runtime
+    first = scenarios[0].real
     for s in scenarios[1:]:
-        if s.cluster.workers != world or (s.runtime.device, s.runtime.gpus) != (first.device, first.gpus):
+        if s.cluster.workers != world or (s.real.device, s.real.gpus) != (first.device, first.gpus):
             raise ValueError("run_real_many needs one worker count and one runtime device for all scenarios")
     out_dir.mkdir(parents=True, exist_ok=True)
     port = _free_port()

@@ -106,8 +106,8 @@ def reference(problem: MLRProblem, iterations: int, slack: int) -> torch.Tensor:
 
 
 def problem_for(scenario: FlexRRScenario, items: int) -> MLRProblem:
-    """The MLR problem a scenario's real run trains (``runtime:`` block; ``items`` in total)."""
-    rt = scenario.runtime
+    """The MLR problem a scenario's real run trains (``real:`` block; ``items`` in total)."""
+    rt = scenario.real
     return MLRProblem(
         items=items,
         features=rt.features,

@@ -11,11 +11,11 @@ table (key prefix ``flexrr/<run>/``):
   its iteration is complete (own items and all reassigned ones, §3.3.3);
 * ``iterdone/{k}``: how many workers completed iteration ``k`` (the SSP gate).
 
-Straggler pacing (``runtime.pacing``): ``profile`` makes each chunk last exactly what the profile says
+Straggler pacing (``real.pacing``): ``profile`` makes each chunk last exactly what the profile says
 (real compute hidden inside; CPU CI runs), ``compute`` lets the chunk take its real compute and sleeps the
 profile's excess over nominal speed on top (GPU runs, where the compute is what is measured).
 
-On ``runtime.device: cuda`` worker ``w`` trains on ``cuda:<w mod gpus>``; the model, data and update
+On ``real.device: cuda`` worker ``w`` trains on ``cuda:<w mod gpus>``; the model, data and update
 buffers live there, and a chunk's time is taken after ``torch.cuda.synchronize`` so it is the real
 compute. Updates cross the store as CPU tensors. The process group (gloo) only serves barriers: no
 tensor collective is needed, since updates go through the parameter table.
@@ -40,20 +40,20 @@ from clustertwin.policies.flexrr.messages import Commit, IterationDone, Message,
 from clustertwin.policies.flexrr.worker import Phase
 from clustertwin.runtime.flexrr.mailbox import StoreMailbox
 from clustertwin.runtime.flexrr.model import MLRProblem, delta_items, problem_for
-from clustertwin.scenarios.flexrr_schema import FlexRRRuntime, FlexRRScenario
+from clustertwin.scenarios.flexrr_schema import FlexRRReal, FlexRRScenario
 
 
-def pick_device(rt: FlexRRRuntime, rank: int) -> torch.device:
+def pick_device(rt: FlexRRReal, rank: int) -> torch.device:
     """``cpu``, or ``cuda:<rank mod gpus>`` (all workers of a launch run on this host, so the rank is the
     local index)."""
     if rt.device == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise RuntimeError("runtime.device=cuda, but torch sees no CUDA device")
+        raise RuntimeError("real.device=cuda, but torch sees no CUDA device")
     visible = torch.cuda.device_count()
     gpus = rt.gpus or visible
     if gpus > visible:
-        raise RuntimeError(f"runtime.gpus={gpus}, but only {visible} CUDA devices are visible")
+        raise RuntimeError(f"real.gpus={gpus}, but only {visible} CUDA devices are visible")
     device = torch.device(f"cuda:{rank % gpus}")
     torch.cuda.set_device(device)
     return device
@@ -64,7 +64,7 @@ def worker_main(rank: int, world: int, scenarios_json: list[str], out_dir: str, 
     turn, writing ``out_dir/run{i}/rank{rank}.json``."""
     torch.set_num_threads(1)  # one worker per core (§3.2); CPU processes must not fight over threads
     scenarios = [FlexRRScenario.model_validate_json(j) for j in scenarios_json]
-    device = pick_device(scenarios[0].runtime, rank)
+    device = pick_device(scenarios[0].real, rank)
     store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=300))
     dist.init_process_group("gloo", store=dist.PrefixStore("pg", store), rank=rank, world_size=world)
     data: dict[MLRProblem, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -130,7 +130,7 @@ def _run_one(
     # the sim's builders give every process the same groups, ranges and straggler realisation
     from clustertwin.scenarios.flexrr_setup import items_per_worker, machines, profiles
 
-    rt = scenario.runtime
+    rt = scenario.real
     items = items_per_worker(scenario)
     machine = machines(scenario, items)[rank]
     profile = profiles(scenario)[rank]
@@ -142,7 +142,7 @@ def _run_one(
     w0 = problem.initial(device)
     slack = scenario.effective_slack
     nominal = scenario.items_per_worker
-    check_every = max(1, round(machine.n / scenario.rr.message_checks))
+    check_every = machine.check_every
     mailbox = StoreMailbox(store, rank, f"{ns}/mbox")
     cuda = device.type == "cuda"
 

@@ -6,11 +6,11 @@
 
 What maps onto the runtime:
 
-* **Model**: the scenario model's real tensors (``traces.psld_models``), each held as ceil(bytes / 8)
-  float64 elements, so every block moves the model's fp32 byte count (rounded up to 8 bytes). Blocks and
-  initial owners come from the same ``policies.psld.baselines`` calls, random streams and seed as the
-  simulator (``psld``, ``psld_noexplore``, ``strawman``: blocks of ``block_mb``, round-robin; ``mxnet``,
-  ``tensorflow``, ``byteps``: their layouts, never reassigned).
+* **Model**: the scenario model's real tensors (``traces.psld_models``), each held as ceil(bytes / 8) float64
+  elements, so every block moves the model's fp32 byte count (rounded up to 8 bytes). Blocks and initial
+  owners come from the same placement policy (``scenarios.psld_setup.initial_layout``), random streams and
+  seed as the simulator (``psld``, ``psld_noexplore``, ``strawman``: blocks of ``block_mb``, round-robin;
+  ``mxnet``, ``tensorflow``, ``byteps``: their layouts, never reassigned).
 * **Scheduler**: adaptive policies run the runtime's closed loop (``Job.report_every``): every
   ``psld.report_every`` iterations rank 0 gathers the workers' live block timings and
   ``policies.psld.PSLDScheduler`` (the simulator's scheduler, same ``SchedulerConfig``) decides; its
@@ -20,7 +20,7 @@ What maps onto the runtime:
   that PS's link (seed 002 §6.1's ``tc`` cap); a ``cpu`` straggler paces the PS's summing at the
   simulator's rate for ``value`` cores (``value x costs.sum_gbytes_per_core_s`` GB/s). Both hold for the
   whole run.
-* **Workers** (``runtime:``): ``device: cuda`` puts worker w's gradient on ``cuda:(w mod #GPUs)``, with
+* **Workers** (``real:``): ``device: cuda`` puts worker w's gradient on ``cuda:(w mod #GPUs)``, with
   its parameters copied in and its gradient copied out for gloo each iteration (the PSs stay CPU
   processes); ``gradient: linear`` computes a linear layer's gradient over a minibatch of the model's
   batch size (``ps.linear_gradient``) instead of the closed-form toy.
@@ -53,7 +53,7 @@ Refused with an ``InputError`` naming the field: ``removals`` (no DEL_SERVER), `
 stragglers that start after 0 or end (the throttle is fixed per run), two stragglers on one PS (one
 throttle per PS), more workers than twice the CPU cores (FlexRR's rule; the PSs mostly wait on sockets
 or sleep in their throttle and are not counted there), more processes in all (standby PSs included)
-than four times the cores, and ``runtime.device: cuda`` without a GPU. Link speeds, ``server_cores``,
+than four times the cores, and ``real.device: cuda`` without a GPU. Link speeds, ``server_cores``,
 ``colocate``, ``costs`` and the model's compute times are simulator parameters: the real run has
 loopback TCP, this host's cores and the runtime's gradient instead of the model's forward/backward
 (``runtime.psld.calibrate`` measures the simulator's values on a real run).
@@ -80,23 +80,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from clustertwin.policies.psld.baselines import (
-    byteps_layout,
-    mxnet_layout,
-    round_robin_owners,
-    tensorflow_layout,
-)
-from clustertwin.policies.psld.blocks import Block, Tensor, split_blocks
+from clustertwin.policies.psld.blocks import Block, Tensor
 from clustertwin.policies.psld.migration import migrations
 from clustertwin.policies.psld.profiling import Sample
 from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.psld_results import frame
-from clustertwin.scenarios.psld_schema import ADAPTIVE, PSLDScenario
-from clustertwin.scenarios.psld_setup import scheduler_config
+from clustertwin.scenarios.psld_schema import PSLDScenario
+from clustertwin.scenarios.psld_setup import POLICY_STREAM, initial_layout, scheduler_config
 from clustertwin.scenarios.results import RunResult
 from clustertwin.traces.psld_models import psld_model
 
-LAYOUT_STREAM, POLICY_STREAM = 1, 2  # the simulator's random streams (sim/psld/__init__.py)
 PROBE_ITERATIONS = 1
 MAX_ITERATIONS = 100_000
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
@@ -144,13 +137,13 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
                 f"PS {s.server} has two stragglers; the real runtime has one throttle per PS",
             )
         seen.add(s.server)
-    if scenario.runtime.device == "cuda":
+    if scenario.real.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise InputError(
-                f"{src}: field runtime.device",
-                "runtime.device: cuda needs a CUDA GPU, and torch sees none here; use runtime.device: cpu",
+                f"{src}: field real.device",
+                "real.device: cuda needs a CUDA GPU, and torch sees none here; use real.device: cpu",
             )
     if scenario.block_bytes < 8:
         raise InputError(f"{src}: field block_mb", "a real block holds at least one 8-byte element")
@@ -176,20 +169,10 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
     # layouts are computed in 8-byte units so every block is a whole number of float64 elements
     units = [Tensor(t.name, math.ceil(t.nbytes / 8), t.layer) for t in model.tensors]
     unit_block = scenario.block_bytes // 8
-    servers = list(range(scenario.cluster.servers))
-    rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, LAYOUT_STREAM]))
-    if scenario.policy == "mxnet":
-        blocks, owners = mxnet_layout(units, servers, unit_block, rng, scenario.mxnet_small)
-    elif scenario.policy == "tensorflow":
-        blocks, owners = tensorflow_layout(units, servers)
-    elif scenario.policy == "byteps":
-        blocks, owners = byteps_layout(units, servers, unit_block)
-    else:
-        blocks = split_blocks(units, unit_block)
-        owners = round_robin_owners(len(blocks), servers)
+    blocks, owners = initial_layout(scenario, units, unit_block)
     starts = np.concatenate([[0], np.cumsum([t.nbytes for t in units])]) * 8
     flat = tuple(Block(b.id, b.tensor, int(starts[b.tensor]) + 8 * b.offset, 8 * b.nbytes) for b in blocks)
-    adaptive = scenario.policy in ADAPTIVE
+    adaptive = scenario.placement.adaptive
     return Job(
         servers=scenario.cluster.servers,
         standby=scenario.cluster.standby,
@@ -205,8 +188,8 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
         scheduler=scheduler_config(scenario) if adaptive else None,
         seed=(scenario.seed, POLICY_STREAM),
         cpu_throttle=_rates(scenario, "cpu"),
-        device=scenario.runtime.device,
-        gradient=scenario.runtime.gradient,
+        device=scenario.real.device,
+        gradient=scenario.real.gradient,
         batch=model.batch_size,
     )
 

@@ -27,7 +27,6 @@ from clustertwin.scenarios.flexrr_setup import (
     items_per_worker,
     machines,
     profiles,
-    rr_config,
     run_tables,
 )
 from clustertwin.scenarios.results import RunResult
@@ -73,7 +72,6 @@ def simulate(
         workers,
         profs,
         scenario.items_per_worker,
-        rr_config(scenario),
         EngineConfig(
             slack=scenario.effective_slack,
             iterations=scenario.iterations,

@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from clustertwin.policies.flexrr.config import RRConfig
 from clustertwin.policies.flexrr.consistency import gating_iteration
 from clustertwin.policies.flexrr.messages import Commit, IterationDone, Message, Wasted
 from clustertwin.policies.flexrr.stragglers import SpeedProfile
@@ -82,11 +81,11 @@ class _Slot:
         "mailbox",
     )
 
-    def __init__(self, machine: RRWorker, profile: SpeedProfile, nominal_items: int, checks: int) -> None:
+    def __init__(self, machine: RRWorker, profile: SpeedProfile, nominal_items: int) -> None:
         self.machine = machine
         self.profile = profile
         self.nominal_items = nominal_items
-        self.check_every = max(1, round(machine.n / checks))
+        self.check_every = machine.check_every
         self.odo = 0  # items processed by this worker so far (of any kind)
         self.seg_t0 = 0.0
         self.seg_w0 = 0
@@ -102,15 +101,12 @@ class Engine:
         machines: Sequence[RRWorker],
         profiles: Sequence[SpeedProfile],
         nominal_items: int,
-        rr: RRConfig,
         config: EngineConfig,
         rng: np.random.Generator,
         progress: Callable[[float, str], None] | None = None,
         ps: ShardedPS | None = None,
     ) -> None:
-        self.slots = [
-            _Slot(m, p, nominal_items, rr.message_checks) for m, p in zip(machines, profiles, strict=True)
-        ]
+        self.slots = [_Slot(m, p, nominal_items) for m, p in zip(machines, profiles, strict=True)]
         self.config = config
         self.rng = rng
         self.progress = progress

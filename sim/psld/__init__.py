@@ -1,11 +1,11 @@
 """PSLD simulation (seed 002): ``run(scenario) -> RunResult``.
 
-Builds the model's tensors (``traces.psld_models``), the policy's blocks and initial owners
-(``policies.psld.baselines``), the PSLD/strawman scheduler for adaptive policies, and the straggler
-timeline, then runs ``sim.psld.engine.Engine``. Tables (contract in ``scenarios.psld_results``):
-``iterations``, ``reassignments``, ``loads``, ``reports``, ``changes``. ``info`` holds ``policy``,
-``mode``, ``model``, ``workers``, ``servers``, ``blocks``, ``model_bytes``, ``batch_size``, ``warmup_s``,
-``duration_s``, ``events`` and ``wall_s``.
+Builds the model's tensors (``traces.psld_models``), the policy's blocks and initial owners (the placement
+policy's layout, ``scenarios.psld_setup.initial_layout``), the PSLD/strawman scheduler for adaptive policies,
+and the straggler timeline, then runs ``sim.psld.engine.Engine``. Tables (contract in
+``scenarios.psld_results``): ``iterations``, ``reassignments``, ``loads``, ``reports``, ``changes``. ``info``
+holds ``policy``, ``mode``, ``model``, ``workers``, ``servers``, ``blocks``, ``model_bytes``, ``batch_size``,
+``warmup_s``, ``duration_s``, ``events`` and ``wall_s``.
 """
 
 from __future__ import annotations
@@ -14,22 +14,19 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from clustertwin.policies.psld.baselines import (
-    byteps_layout,
-    mxnet_layout,
-    round_robin_owners,
-    tensorflow_layout,
-)
-from clustertwin.policies.psld.blocks import split_blocks
 from clustertwin.policies.psld.scheduler import PSLDScheduler
 from clustertwin.scenarios.psld_results import frame
-from clustertwin.scenarios.psld_schema import ADAPTIVE, PSLDScenario
-from clustertwin.scenarios.psld_setup import scheduler_config
+from clustertwin.scenarios.psld_schema import PSLDScenario
+from clustertwin.scenarios.psld_setup import (
+    NOISE_STREAM,
+    POLICY_STREAM,
+    REGIME_STREAM,
+    initial_layout,
+    scheduler_config,
+)
 from clustertwin.scenarios.results import RunResult
 from clustertwin.sim.psld.engine import Change, Engine, EngineConfig
 from clustertwin.traces.psld_models import psld_model
-
-LAYOUT_STREAM, POLICY_STREAM, REGIME_STREAM, NOISE_STREAM = 1, 2, 3, 4
 
 
 def straggler_timeline(scenario: PSLDScenario) -> list[Change]:
@@ -70,18 +67,7 @@ def run(
     c, p = scenario.cluster, scenario.psld
     model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
     servers = list(range(c.servers))
-    layout_rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, LAYOUT_STREAM]))
-    if scenario.policy == "mxnet":
-        blocks, owners = mxnet_layout(
-            model.tensors, servers, scenario.block_bytes, layout_rng, scenario.mxnet_small
-        )
-    elif scenario.policy == "tensorflow":
-        blocks, owners = tensorflow_layout(model.tensors, servers)
-    elif scenario.policy == "byteps":
-        blocks, owners = byteps_layout(model.tensors, servers, scenario.block_bytes)
-    else:
-        blocks = split_blocks(model.tensors, scenario.block_bytes)
-        owners = round_robin_owners(len(blocks), servers)
+    blocks, owners = initial_layout(scenario, model.tensors, scenario.block_bytes)
     if initial_owners is not None:
         if len(initial_owners) != len(blocks) or not set(initial_owners) <= set(servers):
             raise ValueError(
@@ -90,7 +76,7 @@ def run(
         owners = list(initial_owners)
     sizes = [b.nbytes for b in blocks]
     controller = None
-    if scenario.policy in ADAPTIVE:
+    if scenario.placement.adaptive:
         controller = PSLDScheduler(
             sizes,
             list(servers),

@@ -3,7 +3,7 @@
 One event loop over a heap plus a flow network. Each worker has one connection to each PS per direction
 (push: worker -> PS, pull: PS -> worker) and a PS-to-PS connection carries vanilla-mode migrations; a
 connection sends its queued block messages one after another, and the active connections share NIC
-capacity max-min fairly (``sim.psld.network``), recomputed only when a connection becomes busy or idle.
+capacity max-min fairly (``sim.flows``), recomputed only when a connection becomes busy or idle.
 
 An iteration of worker w: forward, then backward layer by layer (last layer first); the blocks of a
 layer's tensors are pushed as soon as its gradients exist. A PS processes pushes first-come first-served
@@ -31,7 +31,7 @@ import numpy as np
 from clustertwin.policies.psld.migration import migrations, reassignment_step
 from clustertwin.policies.psld.profiling import Sample
 from clustertwin.policies.psld.scheduler import Decision, PSLDScheduler
-from clustertwin.sim.psld.network import max_min_rates
+from clustertwin.sim.flows import max_min_rates
 
 GBPS = 1e9 / 8  # bytes per second in one Gbit/s
 _GRAD, _AGG, _DONE, _CHANGE, _REMOVE, _RESUME = range(6)
@@ -216,7 +216,7 @@ class Engine:
                     fin = np.isfinite(f)
                     left = self.head_bytes[idx].copy()
                     left[fin] = (f[fin] - self.now) * rate[idx][fin]
-                    new_rate = max_min_rates(self.paths[idx], self.capacity)
+                    new_rate = max_min_rates(self.paths[idx], self.capacity, order="level")
                     rate[idx] = new_rate
                     finish[idx] = self.now + np.maximum(left, 0.0) / new_rate
                 self.dirty = False
