@@ -115,8 +115,10 @@ def families() -> dict[str, Registry[Any]]:
 
 
 def _first_line(obj: object) -> str:
+    """The docstring's first sentence, without a trailing pointer to the module docstring."""
     doc = (getattr(obj, "__doc__", None) or "").strip()
-    return doc.splitlines()[0].rstrip(".") if doc else ""
+    line = doc.splitlines()[0].rstrip(".") if doc else ""
+    return line.removesuffix(" (the module docstring has the formulation)")
 
 
 class AllocationPolicy(Protocol):

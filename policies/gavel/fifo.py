@@ -154,7 +154,7 @@ def greedy_allocation(
 @register("fifo")
 @dataclass(frozen=True)
 class FIFO:
-    """First in, first out; see the module docstring."""
+    """First in, first out (the module docstring has the formulation)."""
 
     aware: bool = True
     space_sharing: bool = False

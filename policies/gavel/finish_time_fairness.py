@@ -42,7 +42,7 @@ def finish_time_ratios(
 
 
 def ftf_allocation(inp: AllocationInput, aware: bool = True, space_sharing: bool = False) -> Allocation:
-    """The allocation minimising max_m ρ_m(X), by bisection on ρ; see the module docstring."""
+    """The allocation minimising max_m ρ_m(X), by bisection on ρ (the module docstring has the formulation)."""
     inp.require("remaining_steps")
     t, pair_t = lp.policy_throughputs(inp, aware, space_sharing)
     layout = lp.layout_for(inp, t, pair_t)
@@ -116,7 +116,7 @@ def _expand(values: np.ndarray, jobs: np.ndarray, n: int) -> np.ndarray:
 @register("ftf")
 @dataclass(frozen=True)
 class FinishTimeFairness:
-    """Minimise the worst finish-time fairness ratio ρ; see the module docstring."""
+    """Minimise the worst finish-time fairness ratio ρ (the module docstring has the formulation)."""
 
     aware: bool = True
     space_sharing: bool = False

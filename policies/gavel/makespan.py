@@ -90,7 +90,7 @@ def makespan_view(
 @register("makespan")
 @dataclass(frozen=True)
 class Makespan:
-    """Minimise the time to finish every active job; see the module docstring."""
+    """Minimise the time to finish every active job (the module docstring has the formulation)."""
 
     aware: bool = True
     space_sharing: bool = False

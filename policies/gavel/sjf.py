@@ -34,7 +34,7 @@ def shortest_first_order(inp: AllocationInput) -> np.ndarray:
 @register("sjf")
 @dataclass(frozen=True)
 class ShortestJobFirst:
-    """Shortest remaining time first, whole types per job; see the module docstring."""
+    """Shortest remaining time first, whole types per job (the module docstring has the formulation)."""
 
     aware: bool = True
     name: ClassVar[str] = "sjf"
