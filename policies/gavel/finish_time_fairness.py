@@ -42,7 +42,7 @@ def finish_time_ratios(
 
 
 def ftf_allocation(inp: AllocationInput, aware: bool = True, space_sharing: bool = False) -> Allocation:
-    """The allocation minimising max_m ρ_m(X), by bisection on ρ (the module docstring has the formulation)."""
+    """The allocation minimising max_m ρ_m(X), by bisection on ρ (formulation: the module docstring)."""
     inp.require("remaining_steps")
     t, pair_t = lp.policy_throughputs(inp, aware, space_sharing)
     layout = lp.layout_for(inp, t, pair_t)

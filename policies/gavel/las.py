@@ -60,7 +60,7 @@ def las_allocation(
 @register("las")
 @dataclass(frozen=True)
 class LAS:
-    """Max-min fairness (Tiresias' LAS) over normalised throughput (the module docstring has the formulation)."""
+    """Max-min fairness (Tiresias' LAS) over normalised throughput."""
 
     aware: bool = True
     space_sharing: bool = False
