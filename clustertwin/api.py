@@ -7,7 +7,7 @@ What ``clustertwin run`` does, for notebooks and scripts (the command line calls
     out = clustertwin.run("scenarios/gavel-default.yaml", overrides=["seed=3"])
     out.tables["jobs"].head(), out.metrics["avg_jct_s"]
 
-Bad input raises :class:`~clustertwin.scenarios.errors.InputError` naming the file and the field.
+Bad input raises :class:`~clustertwin.errors.InputError` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clustertwin.errors import InputError
 from clustertwin.kinds import KindSpec, Progress, get_kind
 from clustertwin.kinds import kinds as _kinds
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 
 if TYPE_CHECKING:

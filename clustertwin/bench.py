@@ -6,8 +6,8 @@ measures (``clustertwin/bench_<kind>.py`` for the built-in ones).
 
 from __future__ import annotations
 
+from clustertwin.errors import InputError
 from clustertwin.kinds import get_kind, kinds
-from clustertwin.scenarios.errors import InputError
 
 
 def bench(name: str) -> int:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clustertwin.analysis.atomic import write_json
+from clustertwin.atomic import write_json
 
 EXIT_HOLD = 0  # every gated claim holds
 EXIT_MISS = 1  # a gated claim does not hold (2, bad input, is the command line's)

@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from clustertwin.analysis.atomic import write_json
+from clustertwin.atomic import write_json
 from clustertwin.claim_results import ClaimRow
 from clustertwin.progress import progress_bar
 from clustertwin.solver_banner import silence_solver_banner

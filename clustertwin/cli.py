@@ -18,9 +18,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from clustertwin.errors import InputError, RunFailure
 from clustertwin.kinds import KindSpec, ProfileRequest, find_kind, get_kind, kinds
 from clustertwin.progress import progress_bar
-from clustertwin.scenarios.errors import InputError, RunFailure
 from clustertwin.scenarios.load import load_scenario, read_kind
 from clustertwin.solver_banner import silence_solver_banner
 

@@ -32,10 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from clustertwin.analysis.atomic import write_text
+from clustertwin.atomic import write_text
+from clustertwin.errors import InputError
 from clustertwin.kinds.gavel import COMPARED as GAVEL_COMPARED
 from clustertwin.progress import ProgressCallback, progress_bar
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.kinds import AnyScenario
 from clustertwin.scenarios.load import load_scenario
 

@@ -40,7 +40,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustertwin.analysis.atomic import write_json
+from clustertwin.atomic import write_json
 from clustertwin.claim_results import ClaimRow, report
 from clustertwin.progress import progress_bar
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from clustertwin.scenarios.errors import InputError
 
 from clustertwin import fidelity, kinds
 from clustertwin.cli import main
+from clustertwin.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEXRR = ROOT / "scenarios" / "validation" / "flexrr-real-cpu.yaml"

@@ -17,7 +17,6 @@ from clustertwin.analysis.gavel_market import market_metrics
 from clustertwin.policies.bidbrain import PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionInputs, FaultToleranceSettings
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import check_tables
 from clustertwin.sim.gavel.market import Lease, MarketHook, Worker, spot_leases
@@ -29,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clustertwin.api import simulate
+from clustertwin.errors import InputError
 
 OD_V100 = 3.06  # p3.2xlarge on demand, $/h (traces/data/spot/on_demand_us-east-1.csv)
 MARKET = ("p3.2xlarge", "us-east-1b")

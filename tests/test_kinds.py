@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from clustertwin.policies.registry import ALLOCATION
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.kinds import ScenarioBase
 from clustertwin.scenarios.results import RunResult, check_contract
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,6 +24,7 @@ from pydantic import PositiveFloat, PositiveInt
 import clustertwin
 from clustertwin import api
 from clustertwin.cli import main
+from clustertwin.errors import InputError
 from clustertwin.kinds import Compared, Comparison, KindSpec, get_kind, kinds, register_kind, unregister_kind
 
 # ------------------------------------------------------------------------------------------ a toy kind

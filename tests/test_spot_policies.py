@@ -16,9 +16,10 @@ from clustertwin.policies.spot import (
     DecisionPoint,
     FaultToleranceSettings,
 )
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
+
+from clustertwin.errors import InputError
 
 A = ("p2.xlarge", "us-east-1a")
 B = ("p3.2xlarge", "us-east-1b")

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clustertwin.analysis.spot_prediction import run_real
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
 from clustertwin.scenarios.spot_real_section import REAL_SPOT_SCENARIO
+
+from clustertwin.errors import InputError
 
 SMALL = [
     "real.processes={reliable: 1, transient: 3}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from clustertwin.errors import InputError
 from clustertwin.kinds.spec import (
     Compared,
     Comparison,
@@ -18,7 +19,6 @@ from clustertwin.kinds.spec import (
     Progress,
     Reproduce,
 )
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.kinds import register_schema, unregister_schema
 
 __all__ = [

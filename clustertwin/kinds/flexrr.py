@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clustertwin.errors import InputError
 from clustertwin.kinds.spec import Emit, KindSpec, Progress, Reproduce, lazy, result_metrics
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.flexrr_schema import FLEXRR_PATH_FIELDS, FlexRRScenario
 
 if TYPE_CHECKING:

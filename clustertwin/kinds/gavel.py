@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clustertwin.errors import InputError
 from clustertwin.kinds.spec import Compared, Comparison, KindSpec, Progress, Reproduce, lazy
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.gavel_schema import PATH_FIELDS, Scenario
 
 if TYPE_CHECKING:

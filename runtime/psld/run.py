@@ -83,12 +83,13 @@ import numpy as np
 from clustertwin.policies.psld.blocks import Block, Tensor
 from clustertwin.policies.psld.migration import migrations
 from clustertwin.policies.psld.profiling import Sample
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.psld_results import frame
 from clustertwin.scenarios.psld_schema import PSLDScenario
 from clustertwin.scenarios.psld_setup import POLICY_STREAM, initial_layout, scheduler_config
 from clustertwin.scenarios.results import RunResult
 from clustertwin.traces.psld_models import psld_model
+
+from clustertwin.errors import InputError
 
 PROBE_ITERATIONS = 1
 MAX_ITERATIONS = 100_000

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.spot_schema import SpotScenario
+
+from clustertwin.errors import InputError
 
 
 @dataclass(frozen=True)

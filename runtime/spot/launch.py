@@ -36,7 +36,8 @@ from clustertwin.policies.agileml import plan_recovery
 from clustertwin.runtime.spot.controller import Controller, Epoch
 from clustertwin.runtime.spot.driver import EvictionEvent, schedule
 from clustertwin.runtime.spot.model import MLR, partition_bounds
-from clustertwin.scenarios.errors import RunFailure
+
+from clustertwin.errors import RunFailure
 
 READY_TIMEOUT_S = 120.0
 

@@ -15,10 +15,11 @@ from clustertwin.runtime.spot.driver import schedule
 from clustertwin.runtime.spot.launch import run_job
 from clustertwin.runtime.spot.model import MLR, loss, reference
 from clustertwin.runtime.spot.tables import clock_rate, evictions, iterations, progress, read_logs
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_real_results import run_frame
 from clustertwin.scenarios.spot_schema import SpotScenario
+
+from clustertwin.errors import InputError
 
 
 def check_real(scenario: SpotScenario, cores: int | None = None) -> None:

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 from clustertwin.policies.bidbrain import BidBrainParams, CostParams, EvictionTable, estimate_eviction_table
 from clustertwin.policies.spot import ACQUISITION, AcquisitionInputs, AcquisitionPolicy, FaultTolerance
-from clustertwin.scenarios.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import to_frame
 from clustertwin.scenarios.spot_schema import SpotScenario
@@ -23,6 +22,8 @@ from clustertwin.sim.spot.perf import DEFAULT_PERF
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
 from clustertwin.traces.spot_generator import fit_price_model, generate_prices
 from clustertwin.traces.spot_prices import load_bundled_or_path, select
+
+from clustertwin.errors import InputError
 
 
 @functools.lru_cache(maxsize=8)
