@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from clustertwin.analysis.atomic import write_atomically
 from clustertwin.analysis.output import SUMMARY, read_run
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, ScalarFormatter

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from clustertwin.analysis.gavel_metrics import owns_gpus
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from matplotlib.figure import Figure
 
 _JOB_COLUMNS = ["job_id", "job_type", "arrival_s", "completion_s", "in_window"]

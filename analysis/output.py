@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from clustertwin.analysis.gavel_plots import plot_run
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult
 
 SUMMARY = "summary.json"

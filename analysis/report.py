@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from clustertwin.analysis.atomic import write_text
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 

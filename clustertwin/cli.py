@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clustertwin.progress import progress_bar
-from clustertwin.scenarios.errors import InputError, RunFailure
+from clustertwin.errors import InputError, RunFailure
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.kinds import AnyScenario
 from clustertwin.scenarios.load import load_scenario, scenario_to_dict

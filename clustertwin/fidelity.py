@@ -35,7 +35,7 @@ from rich.table import Table
 
 from clustertwin.analysis.atomic import write_text
 from clustertwin.progress import ProgressCallback, progress_bar
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.kinds import AnyScenario
 from clustertwin.scenarios.load import load_scenario, scenario_to_dict
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from clustertwin.analysis.atomic import write_atomically, write_json
 from clustertwin.progress import progress_bar
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.kinds import AnyScenario
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.sweep_schema import AXIS_COLUMNS, AXIS_FIELDS, SweepSpec, load_sweep

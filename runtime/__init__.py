@@ -28,7 +28,7 @@ def run_scenario(
         import tempfile
 
         from clustertwin.runtime.flexrr.launch import run_real
-        from clustertwin.scenarios.errors import InputError
+        from clustertwin.errors import InputError
 
         cores = os.cpu_count() or 1
         if scenario.cluster.workers > 2 * cores:

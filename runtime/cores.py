@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 
 if TYPE_CHECKING:
     from clustertwin.scenarios.gavel_schema import Scenario

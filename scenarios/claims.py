@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 CLAIMS_DIR = Path(__file__).parent / "claims"

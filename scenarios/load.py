@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.kinds import KINDS, AnyScenario
 from pydantic import BaseModel, ValidationError
 

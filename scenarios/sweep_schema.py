@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SWEEPS_DIR = Path(__file__).with_name("sweeps")

@@ -31,7 +31,7 @@ def run_scenario(scenario: AnyScenario, progress: Callable[[float, str], None] |
 
         return psld.run(scenario, progress)
     if scenario.kind == "spot_real":
-        from clustertwin.scenarios.errors import InputError
+        from clustertwin.errors import InputError
 
         raise InputError(
             f"{scenario.source}: field kind",

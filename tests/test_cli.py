@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from clustertwin.policies import registry as policy_registry
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import Scenario
 from rich.console import Console
 from test_output import small_result

@@ -19,7 +19,7 @@ from clustertwin.analysis.compare import (
 )
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.analysis.output import write_run
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from test_output import CLUSTER, small_result
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 
 from clustertwin import fidelity, runtime, sim
 from clustertwin.cli import main

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from clustertwin.analysis.flexrr_metrics import flexrr_metrics
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.flexrr import run, simulate

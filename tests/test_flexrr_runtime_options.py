@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from clustertwin.runtime.flexrr.model import MLRProblem, delta, delta_items, problem_for, reference
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.flexrr_setup import profiles
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.flexrr import run

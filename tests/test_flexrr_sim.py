@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from clustertwin.analysis.flexrr_metrics import flexrr_metrics
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.flexrr_results import check_flexrr_tables
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.flexrr_setup import items_per_worker, profiles

@@ -16,7 +16,7 @@ import pytest
 from clustertwin.analysis.gavel_market import market_metrics
 from clustertwin.policies.bidbrain import PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import check_tables
 from clustertwin.sim import run_scenario

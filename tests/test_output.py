@@ -13,7 +13,7 @@ from clustertwin.analysis import output as run_output
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.analysis.output import read_run, write_run
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult, check_tables
 
 NAN, INF = math.nan, math.inf

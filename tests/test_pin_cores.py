@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from clustertwin.runtime import cores
 from clustertwin.runtime.gavel import agent
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"

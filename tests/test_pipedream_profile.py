@@ -4,7 +4,7 @@ graphs, coarsening, and the torch profiler's round trip through graph.txt."""
 from __future__ import annotations
 
 import pytest
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.pipedream_profile import (
     BUNDLED_BATCH_SIZES,
     bundled_profile,

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 from clustertwin.analysis.pipedream_metrics import pipedream_metrics
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.pipedream_results import check_pipedream_tables
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.sim.pipedream import run

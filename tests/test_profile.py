@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 from clustertwin.runtime.gavel import profile  # noqa: E402
-from clustertwin.scenarios.errors import InputError  # noqa: E402
+from clustertwin.errors import InputError  # noqa: E402
 from clustertwin.scenarios.gavel_workload import cluster_layout, load_table  # noqa: E402
 from clustertwin.scenarios.load import load_scenario  # noqa: E402
 from clustertwin.traces.gavel_throughputs import ThroughputTable  # noqa: E402

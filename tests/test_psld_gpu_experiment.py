@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from clustertwin.runtime.psld.run import build_job, check_real
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 
 from experiments.psld_gpu import main

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from clustertwin.analysis.psld_metrics import psld_metrics
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.psld_results import check_psld_tables
 from clustertwin.sim import run_scenario

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from clustertwin.analysis.compare import compare_runs, write_comparison
 from clustertwin.analysis.report import write_report
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from test_compare import real_result
 from test_compare import write as write_compared
 from test_output import small_result

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.load import DEFAULT_SCENARIO, load_scenario, scenario_to_dict
 from hypothesis import given, settings

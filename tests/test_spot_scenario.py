@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO, SpotScenario
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, load_on_demand
 from clustertwin.traces.preemption import (
     load_availability_log,

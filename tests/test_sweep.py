@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import sweep_helpers
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from sweep_helpers import CountingRunner, marks
 
 from clustertwin.cli import main

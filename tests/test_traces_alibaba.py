@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.alibaba_minibatch import job_factors, trace_factors
 
 HEADER = "worker,time,batch_time_norm\n"

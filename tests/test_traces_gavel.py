@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces import bundled
 from clustertwin.traces.gavel_generator import MULTIPLE_SCALE_FACTORS, SLO_FACTORS, generate_gavel_jobs
 from clustertwin.traces.gavel_throughputs import ThroughputTable

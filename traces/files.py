@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 
 
 def read_text(path: Path) -> str:

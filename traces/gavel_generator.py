@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 from clustertwin.traces.gavel_trace import TraceJob
 

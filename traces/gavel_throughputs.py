@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces import bundled
 from clustertwin.traces.files import read_json, read_text
 

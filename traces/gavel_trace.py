@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 _COLUMNS = {

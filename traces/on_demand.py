@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.spot_prices import SPOT_DIR
 
 BUNDLED_ON_DEMAND = SPOT_DIR / "on_demand_us-east-1.csv"

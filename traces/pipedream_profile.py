@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.bundled import DATA_DIR
 
 PIPEDREAM_DIR = DATA_DIR / "pipedream"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 import pandas as pd
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.files import read_json, read_text
 
 _TS = r"\[(?P<ts>[^\]]+)\]"

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from clustertwin.policies.psld.blocks import Tensor
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.pipedream_profile import bundled_profile
 
 PSLD_MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "resnet101")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.spot_prices import COLUMNS, region_of
 
 

@@ -61,7 +61,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.traces.files import parse_json, read_text
 
 COLUMNS = ("timestamp", "region", "zone", "instance_type", "price")

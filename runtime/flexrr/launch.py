@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
-from clustertwin.scenarios.errors import InputError, RunFailure
+from clustertwin.errors import InputError, RunFailure
 from clustertwin.scenarios.flexrr_results import frame
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.flexrr_setup import items_per_worker, run_tables

@@ -107,7 +107,7 @@ from pathlib import Path
 
 from clustertwin.runtime.cores import SlotCores, pin_child, pin_process, slot_cores
 from clustertwin.runtime.gavel.training_env import training_env
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import RealWorker, Scenario
 from clustertwin.scenarios.gavel_workload import load_table, trace_jobs
 from clustertwin.scenarios.load import load_scenario

@@ -35,7 +35,7 @@ from clustertwin.policies.registry import make_policy
 from clustertwin.runtime.cores import format_slots, slot_cores
 from clustertwin.runtime.gavel.agent import die_with_parent
 from clustertwin.runtime.gavel.control import ControlPlane
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.gavel_workload import (
     GavelJob,

@@ -89,7 +89,7 @@ from clustertwin.policies.psld.baselines import (
 from clustertwin.policies.psld.blocks import Block, Tensor, split_blocks
 from clustertwin.policies.psld.migration import migrations
 from clustertwin.policies.psld.profiling import Sample
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.psld_results import frame
 from clustertwin.scenarios.psld_schema import ADAPTIVE, PSLDScenario
 from clustertwin.scenarios.psld_setup import scheduler_config

@@ -16,7 +16,7 @@ from clustertwin.runtime.spot.launch import run_job
 from clustertwin.runtime.spot.model import MLR, loss, reference
 from clustertwin.runtime.spot.predict import prediction_tables
 from clustertwin.runtime.spot.tables import clock_rate, evictions, iterations, progress, read_logs
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_real_results import to_frame
 from clustertwin.scenarios.spot_real_schema import SpotRealScenario

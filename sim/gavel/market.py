@@ -43,7 +43,7 @@ import pandas as pd
 from clustertwin.policies.bidbrain.history import Market, PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import RoundPlan
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_market_schema import GavelMarket
 from clustertwin.sim.spot.billing import BillingModel, billing_model, lifetime_bill
 from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table

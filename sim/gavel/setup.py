@@ -11,7 +11,7 @@ import numpy as np
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import JobSpec
 from clustertwin.policies.registry import make_policy
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
 from clustertwin.scenarios.results import RunResult

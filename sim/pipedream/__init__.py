@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult
 

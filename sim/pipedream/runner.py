@@ -11,7 +11,7 @@ import pandas as pd
 from clustertwin.policies.pipedream.ops import Schedule
 from clustertwin.policies.pipedream.partition import Level, PartitionPlan, StagePlan, plan_partition
 from clustertwin.policies.pipedream.schedules import make_schedule
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult

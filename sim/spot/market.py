@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import pandas as pd
 from clustertwin.policies.bidbrain.history import Market, PriceSeries
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 
 
 def series_from_table(table: pd.DataFrame, origin: pd.Timestamp) -> dict[Market, PriceSeries]:

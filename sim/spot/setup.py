@@ -18,7 +18,7 @@ from clustertwin.policies.bidbrain import (
     EvictionTable,
     estimate_eviction_table,
 )
-from clustertwin.scenarios.errors import InputError
+from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import to_frame
 from clustertwin.scenarios.spot_schema import SpotScenario
