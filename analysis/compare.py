@@ -21,11 +21,12 @@ import numpy as np
 import pandas as pd
 from clustertwin.analysis.atomic import write_atomically
 from clustertwin.analysis.output import SUMMARY, read_run
-from clustertwin.errors import InputError
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, ScalarFormatter
 from rich.table import Table
+
+from clustertwin.errors import InputError
 
 # The jobs columns a comparison reads; the rest of the table contract is not needed here.
 _JOB_COLUMNS = ("job_id", "job_type", "arrival_s", "completion_s", "in_window")

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from clustertwin.analysis.gavel_metrics import owns_gpus
-from clustertwin.errors import InputError
 from matplotlib.figure import Figure
+
+from clustertwin.errors import InputError
 
 _JOB_COLUMNS = ["job_id", "job_type", "arrival_s", "completion_s", "in_window"]
 _ROUND_COLUMNS = ["round", "start_s", "end_s", "job_id", "worker_type", "num_gpus", "shared_with"]

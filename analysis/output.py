@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from clustertwin.analysis.gavel_plots import plot_run
-from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult
+
+from clustertwin.errors import InputError
 
 SUMMARY = "summary.json"
 FORMAT_VERSION = 1

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from clustertwin.errors import InputError
 from matplotlib.figure import Figure
+
+from clustertwin.errors import InputError
 
 _COLOURS = {"F": "#4c72b0", "B": "#55a868", "W": "#c44e52", "allreduce": "#dd8452"}
 

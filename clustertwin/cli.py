@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from clustertwin.progress import progress_bar
 from clustertwin.errors import InputError, RunFailure
+from clustertwin.progress import progress_bar
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.kinds import AnyScenario
 from clustertwin.scenarios.load import load_scenario, scenario_to_dict

@@ -34,8 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from clustertwin.analysis.atomic import write_text
-from clustertwin.progress import ProgressCallback, progress_bar
 from clustertwin.errors import InputError
+from clustertwin.progress import ProgressCallback, progress_bar
 from clustertwin.scenarios.kinds import AnyScenario
 from clustertwin.scenarios.load import load_scenario, scenario_to_dict
 

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from clustertwin.analysis.atomic import write_atomically, write_json
-from clustertwin.progress import progress_bar
 from clustertwin.errors import InputError
+from clustertwin.progress import progress_bar
 from clustertwin.scenarios.kinds import AnyScenario
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.sweep_schema import AXIS_COLUMNS, AXIS_FIELDS, SweepSpec, load_sweep

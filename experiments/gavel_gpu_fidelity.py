@@ -152,8 +152,9 @@ def pinnable(cpus: list[int] | None) -> bool:
     """Whether a share of the machine gives each of the scenario's slots a core of its own: half of the
     16-vCPU one-GPU host does not (9 slots), half of the 32-vCPU two-GPU host does."""
     from clustertwin.runtime.cores import slot_cores
-    from clustertwin.errors import InputError
     from clustertwin.scenarios.load import load_scenario
+
+    from clustertwin.errors import InputError
 
     if cpus is None:
         return True

@@ -28,6 +28,7 @@ def run_scenario(
         import tempfile
 
         from clustertwin.runtime.flexrr.launch import run_real
+
         from clustertwin.errors import InputError
 
         cores = os.cpu_count() or 1

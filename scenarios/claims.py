@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from clustertwin.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from clustertwin.errors import InputError
 
 CLAIMS_DIR = Path(__file__).parent / "claims"
 

@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import JobSpec
-from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import BUNDLED_THROUGHPUTS, Scenario
 from clustertwin.traces.gavel_generator import generate_gavel_jobs
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 from clustertwin.traces.gavel_trace import TraceJob, load_gavel_trace, slo_deadline_s
+
+from clustertwin.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from clustertwin.errors import InputError
 from clustertwin.scenarios.kinds import KINDS, AnyScenario
 from pydantic import BaseModel, ValidationError
+
+from clustertwin.errors import InputError
 
 DEFAULT_SCENARIO = Path(__file__).with_name("gavel-default.yaml")
 

@@ -175,8 +175,9 @@ def load_spot_real_scenario(path: str | Path | None, overrides: list[str] | tupl
     exactly as ``scenarios.load.load_scenario`` does for the registered kinds.
     """
     from clustertwin.scenarios import load as L  # noqa: N812 - the shared loader's private helpers
-    from clustertwin.errors import InputError
     from pydantic import ValidationError
+
+    from clustertwin.errors import InputError
 
     source = DEFAULT_SPOT_REAL_SCENARIO if path is None else Path(path)
     label = str(source)

@@ -25,8 +25,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from clustertwin.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from clustertwin.errors import InputError
 
 SWEEPS_DIR = Path(__file__).with_name("sweeps")
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from clustertwin.policies import registry as policy_registry
-from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import Scenario
 from rich.console import Console
 from test_output import small_result
 
 from clustertwin import sim
 from clustertwin.cli import main
+from clustertwin.errors import InputError
 from clustertwin.progress import progress_bar
 
 VALID = """\

@@ -19,11 +19,11 @@ from clustertwin.analysis.compare import (
 )
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.analysis.output import write_run
-from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from test_output import CLUSTER, small_result
 
 from clustertwin.cli import main
+from clustertwin.errors import InputError
 
 NAN = math.nan
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from clustertwin.errors import InputError
 
 from clustertwin import fidelity, runtime, sim
 from clustertwin.cli import main
+from clustertwin.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEXRR = ROOT / "scenarios" / "validation" / "flexrr-real-cpu.yaml"

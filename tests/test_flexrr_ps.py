@@ -17,13 +17,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from clustertwin.analysis.flexrr_metrics import flexrr_metrics
-from clustertwin.errors import InputError
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.flexrr import run, simulate
 from clustertwin.sim.flexrr.ps import max_min_rates
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from clustertwin.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "scenarios" / "flexrr-default.yaml"

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 from clustertwin.runtime.flexrr.model import MLRProblem, delta, delta_items, problem_for, reference
-from clustertwin.errors import InputError
 from clustertwin.scenarios.flexrr_setup import profiles
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.flexrr import run
+
+from clustertwin.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["cluster.machines=2", "cluster.workers_per_machine=2", "iterations=4", "items_per_worker=100",

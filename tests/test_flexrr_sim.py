@@ -7,7 +7,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from clustertwin.analysis.flexrr_metrics import flexrr_metrics
-from clustertwin.errors import InputError
 from clustertwin.scenarios.flexrr_results import check_flexrr_tables
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.flexrr_setup import items_per_worker, profiles
@@ -15,6 +14,8 @@ from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.flexrr import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from clustertwin.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "scenarios" / "flexrr-default.yaml"

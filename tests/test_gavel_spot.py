@@ -16,7 +16,6 @@ import pytest
 from clustertwin.analysis.gavel_market import market_metrics
 from clustertwin.policies.bidbrain import PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
-from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import check_tables
 from clustertwin.sim import run_scenario
@@ -27,6 +26,8 @@ from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from clustertwin.errors import InputError
 
 OD_V100 = 3.06  # p3.2xlarge on demand, $/h (traces/data/spot/on_demand_us-east-1.csv)
 MARKET = ("p3.2xlarge", "us-east-1b")

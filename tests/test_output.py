@@ -13,8 +13,9 @@ from clustertwin.analysis import output as run_output
 from clustertwin.analysis.gavel_metrics import gavel_metrics
 from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.analysis.output import read_run, write_run
-from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult, check_tables
+
+from clustertwin.errors import InputError
 
 NAN, INF = math.nan, math.inf
 CLUSTER = {"v100": 2, "k80": 2}

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from clustertwin.runtime import cores
 from clustertwin.runtime.gavel import agent
-from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
+
+from clustertwin.errors import InputError
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 PRINT_AFFINITY = "import os, sys; open(sys.argv[1], 'w').write(repr(sorted(os.sched_getaffinity(0))))"

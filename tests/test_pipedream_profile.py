@@ -4,13 +4,14 @@ graphs, coarsening, and the torch profiler's round trip through graph.txt."""
 from __future__ import annotations
 
 import pytest
-from clustertwin.errors import InputError
 from clustertwin.traces.pipedream_profile import (
     BUNDLED_BATCH_SIZES,
     bundled_profile,
     load_profile,
     parse_profile,
 )
+
+from clustertwin.errors import InputError
 
 NODE = (
     "{id} -- {d} -- forward_compute_time={f}, backward_compute_time={b},"

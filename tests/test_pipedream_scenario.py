@@ -8,11 +8,12 @@ import pandas as pd
 import pytest
 import yaml
 from clustertwin.analysis.pipedream_metrics import pipedream_metrics
-from clustertwin.errors import InputError
 from clustertwin.scenarios.pipedream_results import check_pipedream_tables
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.sim.pipedream import run
 from pydantic import ValidationError
+
+from clustertwin.errors import InputError
 
 DEFAULT = Path(__file__).resolve().parents[1] / "scenarios" / "pipedream-default.yaml"
 

@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("torch")
 
 from clustertwin.runtime.gavel import profile  # noqa: E402
-from clustertwin.errors import InputError  # noqa: E402
 from clustertwin.scenarios.gavel_workload import cluster_layout, load_table  # noqa: E402
 from clustertwin.scenarios.load import load_scenario  # noqa: E402
 from clustertwin.traces.gavel_throughputs import ThroughputTable  # noqa: E402
 
 from clustertwin.cli import main  # noqa: E402
+from clustertwin.errors import InputError  # noqa: E402
 
 RESNET, LM = "ResNet-18 (batch size 32)", "LM (batch size 20)"
 

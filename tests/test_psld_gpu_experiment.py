@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 from clustertwin.runtime.psld.run import build_job, check_real
-from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 
+from clustertwin.errors import InputError
 from experiments.psld_gpu import main
 
 

@@ -24,11 +24,11 @@ from clustertwin.analysis.output import read_run
 from clustertwin.analysis.psld_metrics import psld_metrics
 from clustertwin.runtime.psld.ps import initial_params, reference
 from clustertwin.runtime.psld.run import KILL_ENV, build_job, check_real, run_real, throttles
-from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.psld_results import check_psld_tables
 
 from clustertwin.cli import main
+from clustertwin.errors import InputError
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "psld-real-cpu.yaml"
 SCALE_OUT = SCENARIO.with_name("psld-real-scale-out.yaml")

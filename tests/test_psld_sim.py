@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 from clustertwin.analysis.psld_metrics import psld_metrics
-from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.psld_results import check_psld_tables
 from clustertwin.sim import run_scenario
 from clustertwin.sim.psld import run
+
+from clustertwin.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "scenarios" / "psld-default.yaml"

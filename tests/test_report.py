@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 from clustertwin.analysis.compare import compare_runs, write_comparison
 from clustertwin.analysis.report import write_report
-from clustertwin.errors import InputError
 from test_compare import real_result
 from test_compare import write as write_compared
 from test_output import small_result
 from test_output import write as write_small_run
 
 from clustertwin.cli import main
+from clustertwin.errors import InputError
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.load import DEFAULT_SCENARIO, load_scenario, scenario_to_dict
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from clustertwin.errors import InputError
 
 MINIMAL = """\
 name: small

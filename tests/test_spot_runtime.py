@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clustertwin.runtime.spot import run_real
-from clustertwin.errors import InputError
 from clustertwin.scenarios.spot_real_results import check_spot_real_tables, spot_real_metrics
 from clustertwin.scenarios.spot_real_schema import load_spot_real_scenario
+
+from clustertwin.errors import InputError
 
 SMALL = [
     "processes={reliable: 1, transient: 3}",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clustertwin.errors import InputError
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO, SpotScenario
 
+from clustertwin.errors import InputError
 from clustertwin.reproduce_proteus import _claim_value, stage_claims
 
 

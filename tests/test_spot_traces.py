@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from clustertwin.errors import InputError
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, load_on_demand
 from clustertwin.traces.preemption import (
     load_availability_log,
@@ -28,6 +27,8 @@ from clustertwin.traces.spot_prices import (
     region_of,
     write_price_csv,
 )
+
+from clustertwin.errors import InputError
 
 
 def _table() -> pd.DataFrame:

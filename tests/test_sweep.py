@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import sweep_helpers
-from clustertwin.errors import InputError
 from sweep_helpers import CountingRunner, marks
 
 from clustertwin.cli import main
+from clustertwin.errors import InputError
 from clustertwin.sweep import plan_sweep, run_sweep
 
 TINY = """\

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from clustertwin.errors import InputError
 from clustertwin.traces.alibaba_minibatch import job_factors, trace_factors
+
+from clustertwin.errors import InputError
 
 HEADER = "worker,time,batch_time_norm\n"
 

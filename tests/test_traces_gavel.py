@@ -9,13 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clustertwin.errors import InputError
 from clustertwin.traces import bundled
 from clustertwin.traces.gavel_generator import MULTIPLE_SCALE_FACTORS, SLO_FACTORS, generate_gavel_jobs
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 from clustertwin.traces.gavel_trace import TraceJob, load_gavel_trace, slo_deadline_s, write_gavel_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from clustertwin.errors import InputError
 
 MSR_DIR = Path("/work/shared/data/gavel/traces/msr/seed=0")
 PHYSICAL_TRACES = sorted(bundled.GAVEL_PHYSICAL_TRACES.glob("*.trace"))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from clustertwin.errors import InputError
 
 ALIBABA_DIR = Path(__file__).resolve().parent / "data" / "alibaba"

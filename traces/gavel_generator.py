@@ -29,9 +29,10 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
-from clustertwin.errors import InputError
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 from clustertwin.traces.gavel_trace import TraceJob
+
+from clustertwin.errors import InputError
 
 MULTIPLE_SCALE_FACTORS: Mapping[int, float] = {1: 0.70, 2: 0.10, 4: 0.15, 8: 0.05}
 SLO_FACTORS = (1.2, 2.0, 10.0)

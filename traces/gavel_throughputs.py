@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from clustertwin.errors import InputError
 from clustertwin.traces import bundled
 from clustertwin.traces.files import read_json, read_text
+
+from clustertwin.errors import InputError
 
 JobKey = tuple[str, int]
 

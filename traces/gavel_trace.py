@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from clustertwin.errors import InputError
 from clustertwin.traces.gavel_throughputs import ThroughputTable
+
+from clustertwin.errors import InputError
 
 _COLUMNS = {
     "10col": tuple(

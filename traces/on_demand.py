@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustertwin.errors import InputError
 from clustertwin.traces.spot_prices import SPOT_DIR
+
+from clustertwin.errors import InputError
 
 BUNDLED_ON_DEMAND = SPOT_DIR / "on_demand_us-east-1.csv"
 _HEADER = ("instance_type", "vcpus", "gpus", "price")

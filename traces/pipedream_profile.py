@@ -21,8 +21,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustertwin.errors import InputError
 from clustertwin.traces.bundled import DATA_DIR
+
+from clustertwin.errors import InputError
 
 PIPEDREAM_DIR = DATA_DIR / "pipedream"
 

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 import pandas as pd
-from clustertwin.errors import InputError
 from clustertwin.traces.files import read_json, read_text
+
+from clustertwin.errors import InputError
 
 _TS = r"\[(?P<ts>[^\]]+)\]"
 _LOG_LINES = (

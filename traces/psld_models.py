@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass
 
 from clustertwin.policies.psld.blocks import Tensor
-from clustertwin.errors import InputError
 from clustertwin.traces.pipedream_profile import bundled_profile
+
+from clustertwin.errors import InputError
 
 PSLD_MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "resnet101")
 PAPER_BATCH = {"alexnet": 32, "resnet50": 32, "vgg16": 64, "resnet101": 32, "resnet18": 32}

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from clustertwin.errors import InputError
 from clustertwin.traces.spot_prices import COLUMNS, region_of
+
+from clustertwin.errors import InputError
 
 
 @dataclass(frozen=True)

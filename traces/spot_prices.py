@@ -61,8 +61,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-from clustertwin.errors import InputError
 from clustertwin.traces.files import parse_json, read_text
+
+from clustertwin.errors import InputError
 
 COLUMNS = ("timestamp", "region", "zone", "instance_type", "price")
 LINUX = "Linux/UNIX"

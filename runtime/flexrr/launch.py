@@ -24,11 +24,12 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
-from clustertwin.errors import InputError, RunFailure
 from clustertwin.scenarios.flexrr_results import frame
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.flexrr_setup import items_per_worker, run_tables
 from clustertwin.scenarios.results import RunResult
+
+from clustertwin.errors import InputError, RunFailure
 
 
 def _free_port() -> int:

@@ -107,11 +107,12 @@ from pathlib import Path
 
 from clustertwin.runtime.cores import SlotCores, pin_child, pin_process, slot_cores
 from clustertwin.runtime.gavel.training_env import training_env
-from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import RealWorker, Scenario
 from clustertwin.scenarios.gavel_workload import load_table, trace_jobs
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.traces.gavel_trace import load_gavel_trace
+
+from clustertwin.errors import InputError
 
 DEFAULT_STEPS = 30
 DEFAULT_SECONDS = 10.0

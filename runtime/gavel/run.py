@@ -35,7 +35,6 @@ from clustertwin.policies.registry import make_policy
 from clustertwin.runtime.cores import format_slots, slot_cores
 from clustertwin.runtime.gavel.agent import die_with_parent
 from clustertwin.runtime.gavel.control import ControlPlane
-from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.gavel_workload import (
     GavelJob,
@@ -46,6 +45,8 @@ from clustertwin.scenarios.gavel_workload import (
     trace_jobs,
 )
 from clustertwin.scenarios.results import GAVEL_TABLES, RunResult
+
+from clustertwin.errors import InputError
 
 AGENT_START_S = 120.0
 ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"])

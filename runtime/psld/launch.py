@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from clustertwin.runtime.psld.ps import Job, run_server, run_worker
+
 from clustertwin.errors import RunFailure
 
 

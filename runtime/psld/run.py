@@ -89,12 +89,13 @@ from clustertwin.policies.psld.baselines import (
 from clustertwin.policies.psld.blocks import Block, Tensor, split_blocks
 from clustertwin.policies.psld.migration import migrations
 from clustertwin.policies.psld.profiling import Sample
-from clustertwin.errors import InputError
 from clustertwin.scenarios.psld_results import frame
 from clustertwin.scenarios.psld_schema import ADAPTIVE, PSLDScenario
 from clustertwin.scenarios.psld_setup import scheduler_config
 from clustertwin.scenarios.results import RunResult
 from clustertwin.traces.psld_models import psld_model
+
+from clustertwin.errors import InputError
 
 LAYOUT_STREAM, POLICY_STREAM = 1, 2  # the simulator's random streams (sim/psld/__init__.py)
 PROBE_ITERATIONS = 1

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
-from clustertwin.errors import InputError
 from clustertwin.scenarios.spot_real_schema import SpotRealScenario
+
+from clustertwin.errors import InputError
 
 
 @dataclass(frozen=True)

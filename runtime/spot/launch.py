@@ -35,6 +35,7 @@ from clustertwin.policies.agileml import StageThresholds, plan_recovery
 from clustertwin.runtime.spot.controller import Controller, Epoch
 from clustertwin.runtime.spot.driver import EvictionEvent, schedule
 from clustertwin.runtime.spot.model import MLR, partition_bounds
+
 from clustertwin.errors import RunFailure
 
 READY_TIMEOUT_S = 120.0

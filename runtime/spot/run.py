@@ -16,10 +16,11 @@ from clustertwin.runtime.spot.launch import run_job
 from clustertwin.runtime.spot.model import MLR, loss, reference
 from clustertwin.runtime.spot.predict import prediction_tables
 from clustertwin.runtime.spot.tables import clock_rate, evictions, iterations, progress, read_logs
-from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_real_results import to_frame
 from clustertwin.scenarios.spot_real_schema import SpotRealScenario
+
+from clustertwin.errors import InputError
 
 
 def check_real(scenario: SpotRealScenario, cores: int | None = None) -> None:

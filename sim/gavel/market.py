@@ -43,12 +43,13 @@ import pandas as pd
 from clustertwin.policies.bidbrain.history import Market, PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import RoundPlan
-from clustertwin.errors import InputError
 from clustertwin.scenarios.gavel_market_schema import GavelMarket
 from clustertwin.sim.spot.billing import BillingModel, billing_model, lifetime_bill
 from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
 from clustertwin.traces.spot_prices import load_bundled_or_path, select
+
+from clustertwin.errors import InputError
 
 if TYPE_CHECKING:
     from clustertwin.sim.gavel.engine import GavelSimulation

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clustertwin.errors import InputError
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult
+
+from clustertwin.errors import InputError
 
 
 def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:

@@ -11,7 +11,6 @@ import pandas as pd
 from clustertwin.policies.pipedream.ops import Schedule
 from clustertwin.policies.pipedream.partition import Level, PartitionPlan, StagePlan, plan_partition
 from clustertwin.policies.pipedream.schedules import make_schedule
-from clustertwin.errors import InputError
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult
@@ -23,6 +22,8 @@ from clustertwin.traces.pipedream_profile import (
     bundled_profile,
     load_profile,
 )
+
+from clustertwin.errors import InputError
 
 GB = 1e9
 GIB = 2.0**30

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import pandas as pd
 from clustertwin.policies.bidbrain.history import Market, PriceSeries
+
 from clustertwin.errors import InputError
 
 

@@ -18,7 +18,6 @@ from clustertwin.policies.bidbrain import (
     EvictionTable,
     estimate_eviction_table,
 )
-from clustertwin.errors import InputError
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import to_frame
 from clustertwin.scenarios.spot_schema import SpotScenario
@@ -29,6 +28,8 @@ from clustertwin.sim.spot.perf import DEFAULT_PERF
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
 from clustertwin.traces.spot_generator import fit_price_model, generate_prices
 from clustertwin.traces.spot_prices import load_bundled_or_path, select
+
+from clustertwin.errors import InputError
 
 
 @functools.lru_cache(maxsize=8)
