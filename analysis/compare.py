@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from clustertwin.analysis.atomic import write_atomically
 from clustertwin.analysis.output import SUMMARY, read_run
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, ScalarFormatter
 from rich.table import Table
 
+from clustertwin.atomic import write_atomically
 from clustertwin.errors import InputError
 
 # The jobs columns a comparison reads; the rest of the table contract is not needed here.

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from clustertwin.analysis.atomic import write_text
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from clustertwin.atomic import write_text
 from clustertwin.errors import InputError
 
 REPORT_FILE = "report.html"

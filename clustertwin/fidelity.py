@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from clustertwin.analysis.atomic import write_text
+from clustertwin.atomic import write_text
 from clustertwin.errors import InputError
 from clustertwin.progress import ProgressCallback, progress_bar
 from clustertwin.scenarios.kinds import AnyScenario

@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from clustertwin.analysis.atomic import write_json
+from clustertwin.atomic import write_json
 from clustertwin.progress import progress_bar
 from clustertwin.scenarios.claims import Claim, load_claims
 from clustertwin.solver_banner import silence_solver_banner

@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clustertwin.analysis.atomic import write_json
+from clustertwin.atomic import write_json
 from clustertwin.progress import progress_bar
 
 CONFIGS: dict[str, tuple[str, ...]] = {

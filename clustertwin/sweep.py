@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from clustertwin.analysis.atomic import write_atomically, write_json
+from clustertwin.atomic import write_atomically, write_json
 from clustertwin.errors import InputError
 from clustertwin.progress import progress_bar
 from clustertwin.scenarios.kinds import AnyScenario

@@ -29,10 +29,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from clustertwin.analysis.atomic import write_atomically, write_text  # noqa: E402
 from clustertwin.analysis.gavel_market import market_metrics  # noqa: E402
 from clustertwin.scenarios.load import load_scenario  # noqa: E402
 from clustertwin.sim import run_scenario  # noqa: E402
+
+from clustertwin.atomic import write_atomically, write_text  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "gavel" / "spot-whatif.yaml"
 TYPES = ("v100", "k80")
