@@ -1,18 +1,15 @@
 """A run's output folder: summary.json, one Parquet file per event table, and PNG plots.
 
-Writing is atomic. Everything is built in a hidden sibling folder and renamed into place at the end,
-so a crash at any point leaves either the previous result or nothing under the folder's name, never
-a half-written folder that looks complete.
+Writing is atomic (``clustertwin.atomic.write_folder``): everything is built in a hidden sibling folder
+and renamed into place at the end, so a crash at any point leaves either the previous result or nothing
+under the folder's name, never a half-written folder that looks complete.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import platform
-import shutil
-import time
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -23,6 +20,7 @@ import pandas as pd
 from clustertwin.analysis.gavel_plots import plot_run
 from clustertwin.scenarios.results import RunResult
 
+from clustertwin.atomic import write_folder
 from clustertwin.errors import InputError
 
 SUMMARY = "summary.json"
@@ -55,10 +53,8 @@ def write_run(
     out_dir = Path(out_dir).absolute()
     ensure_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Not tempfile.mkdtemp: its folder is private (0700) and would stay so after the rename.
-    staging = out_dir.with_name(f".{out_dir.name}.writing-{os.getpid()}-{time.time_ns()}")
-    staging.mkdir()
-    try:
+
+    def fill(staging: Path) -> None:
         for name, table in result.tables.items():
             table.to_parquet(staging / f"{name}.parquet", index=False)
         summary = {
@@ -76,11 +72,8 @@ def write_run(
         (staging / SUMMARY).write_text(text + "\n", encoding="utf-8")
         if plots:
             plot_run(staging)
-        _move_into_place(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out_dir
+
+    return write_folder(out_dir, fill)
 
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], RunResult]:
@@ -110,21 +103,6 @@ def ensure_replaceable(out_dir: Path) -> None:
             f"the output folder exists and is not a clustertwin run (no {SUMMARY}); it would be"
             " replaced, so choose another --out",
         )
-
-
-def _move_into_place(staging: Path, out_dir: Path) -> None:
-    if not out_dir.exists():
-        staging.rename(out_dir)
-        return
-    # Two renames: the old run stays whole under a hidden name until the new one is in place.
-    aside = out_dir.with_name(f".{out_dir.name}.old-{time.time_ns()}")
-    out_dir.rename(aside)
-    try:
-        staging.rename(out_dir)
-    except BaseException:
-        aside.rename(out_dir)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _versions() -> dict[str, str]:
