@@ -1,10 +1,11 @@
 """A run's output folder: summary.json, one Parquet file per event table, and PNG plots.
 
-Writing is atomic. Everything, plots included, is built in a hidden sibling folder and renamed into place
-at the end, so a crash at any point leaves either the previous result or nothing under the folder's name,
-never a half-written folder that looks complete. Rerunning into a run folder replaces the run's own files
-(summary, tables, plots) and keeps whatever else a user put there (notes, reports, comparisons). Hidden
-folders that a killed write left beside the run are cleared by the next write of that run.
+Writing is atomic (``clustertwin.atomic.write_folder``). Everything, plots included, is built in a hidden
+sibling folder and renamed into place at the end, so a crash at any point leaves either the previous result
+or nothing under the folder's name, never a half-written folder that looks complete. Rerunning into a run
+folder replaces the run's own files (summary, tables, plots) and keeps whatever else a user put there
+(notes, reports, comparisons). Hidden folders that a killed write left beside the run are cleared by the
+next write of that run.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import json
 import math
 import os
 import platform
-import shutil
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
@@ -25,6 +24,7 @@ import numpy as np
 import pandas as pd
 from clustertwin.scenarios.results import RunResult
 
+from clustertwin.atomic import write_folder
 from clustertwin.errors import InputError
 
 SUMMARY = "summary.json"
@@ -58,11 +58,8 @@ def write_run(
     out_dir = Path(out_dir).absolute()
     ensure_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _recover(out_dir)
-    # Not tempfile.mkdtemp: its folder is private (0700) and would stay so after the rename.
-    staging = out_dir.with_name(f".{out_dir.name}.writing-{os.getpid()}-{time.time_ns()}")
-    staging.mkdir()
-    try:
+
+    def fill(staging: Path) -> None:
         for name, table in result.tables.items():
             table.to_parquet(staging / f"{name}.parquet", index=False)
         summary = {
@@ -80,11 +77,8 @@ def write_run(
         (staging / SUMMARY).write_text(text + "\n", encoding="utf-8")
         if plot is not None:
             plot(staging)
-        _move_into_place(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out_dir
+
+    return write_folder(out_dir, fill, keep=lambda entry: not is_run_file(entry))
 
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], RunResult]:
@@ -131,57 +125,6 @@ def ensure_replaceable(out_dir: Path) -> None:
 def is_run_file(path: Path) -> bool:
     """Whether ``path`` (inside a run folder) is one of the files a run writes."""
     return path.name == SUMMARY or path.suffix in (".parquet", ".png")
-
-
-def _move_into_place(staging: Path, out_dir: Path) -> None:
-    if not out_dir.exists():
-        staging.rename(out_dir)
-        return
-    # Two renames: the old run stays whole under a hidden name until the new one is in place.
-    aside = out_dir.with_name(f".{out_dir.name}.old-{time.time_ns()}")
-    out_dir.rename(aside)
-    try:
-        staging.rename(out_dir)
-    except BaseException:
-        aside.rename(out_dir)
-        raise
-    _keep_foreign(aside, out_dir)
-
-
-def _keep_foreign(aside: Path, out_dir: Path) -> None:
-    """Move what a user added to the old folder into the new run, then drop the old run's own files."""
-    for entry in aside.iterdir():
-        if not is_run_file(entry) and not (out_dir / entry.name).exists():
-            entry.rename(out_dir / entry.name)
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-def _recover(out_dir: Path) -> None:
-    """Clear what a killed write of ``out_dir`` left beside it.
-
-    A staging folder (``.NAME.writing-PID-…``) whose process is gone is half-written: removed. An old run
-    set aside (``.NAME.old-…``) is restored when the new run never arrived, and otherwise gives the new run
-    the user's files it still holds.
-    """
-    for staging in out_dir.parent.glob(f".{out_dir.name}.writing-*"):
-        pid = staging.name.rsplit(".writing-", 1)[1].split("-", 1)[0]
-        if not (pid.isdigit() and _alive(int(pid))):
-            shutil.rmtree(staging, ignore_errors=True)
-    for aside in sorted(out_dir.parent.glob(f".{out_dir.name}.old-*")):
-        if out_dir.exists():
-            _keep_foreign(aside, out_dir)
-        else:
-            aside.rename(out_dir)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def _versions() -> dict[str, str]:

@@ -33,7 +33,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from clustertwin.atomic import write_text
+from clustertwin.atomic import write_bytes, write_text
 from clustertwin.errors import InputError
 
 REPORT_FILE = "report.html"
@@ -197,7 +197,7 @@ def _sweep_report(folder: Path) -> tuple[str, str]:
         for metric in metrics:
             figure = _sweep_figure(ok, x, series, metric, meta.get("name", ""), bool(options.get("log_y")))
             png = _png(figure)
-            (folder / f"sweep_{metric}.png").write_bytes(png)
+            write_bytes(folder / f"sweep_{metric}.png", png)
             caption = (
                 f"{metric} against {x}, one line per {', '.join(series) or 'sweep'}: mean over seeds"
                 f" (and any other axis), error bars ±1 standard deviation. Also saved as sweep_{metric}.png."

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from clustertwin.atomic import write_atomically, write_json
+from clustertwin.atomic import write_json, write_parquet
 from clustertwin.errors import InputError
 from clustertwin.progress import progress_bar
 from clustertwin.scenarios.kinds import AnyScenario
@@ -438,7 +438,7 @@ def write_results(out: Path, plan: Plan, done: dict[str, dict]) -> Path:
         table[column] = _parquet_column(table[column])
     table["error"] = table["error"].astype("string")
     table["node"] = table["node"].astype("string")
-    return write_atomically(out / RESULTS_FILE, lambda path: table.to_parquet(path, index=False))
+    return write_parquet(out / RESULTS_FILE, table)
 
 
 def _parquet_column(column: Any) -> Any:

@@ -36,7 +36,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import platform
 import statistics
 import sys
@@ -51,6 +50,8 @@ from clustertwin.analysis.flexrr_metrics import flexrr_metrics
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import RunResult
+
+from clustertwin.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "scenarios" / "flexrr-default.yaml"
@@ -322,12 +323,6 @@ def _tag(result: RunResult, table: str, run: str) -> pd.DataFrame:
     return result.tables[table].assign(run=run)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _jsonable(info: dict) -> dict:
     return {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in info.items()}
 
@@ -391,7 +386,7 @@ def run_experiment(setup: Setup, out: Path, echo=print) -> dict:
             [_tag(s, table, m) for m, s in zip(MODES, sims, strict=True)], ignore_index=True
         ).to_parquet(out / f"sim_{table}.parquet")
     calibration = {**asdict(cal), "overrides": cal.overrides()}
-    _write_atomic(out / "calibration.json", json.dumps(calibration, indent=2))
+    write_text(out / "calibration.json", json.dumps(calibration, indent=2))
     with (out / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -412,10 +407,10 @@ def run_experiment(setup: Setup, out: Path, echo=print) -> dict:
         "wall_s": wall,
         "versions": _versions(setup.device),
     }
-    _write_atomic(out / "report.md", markdown(results))
+    write_text(out / "report.md", markdown(results))
     lap("write")
     results["wall_s"]["total"] = sum(wall.values())
-    _write_atomic(out / "results.json", json.dumps(results, indent=2, default=float))
+    write_text(out / "results.json", json.dumps(results, indent=2, default=float))
     return results
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -64,6 +65,8 @@ from clustertwin.runtime.pipedream.gpt import (
 from clustertwin.runtime.pipedream.profiler import profile_chunks, profile_layers, to_graph_txt
 from clustertwin.sim.pipedream.executor import simulate
 from clustertwin.sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
+
+from clustertwin.atomic import write_text
 
 GIB = 2.0**30
 SEED = 0
@@ -300,24 +303,17 @@ def ranking(rows: list[dict]) -> dict:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def _write_csv(path: Path, rows: list[dict]) -> None:
     if not rows:
         return
-    tmp = path.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(
-                {k: ";".join(f"{x:.4f}" for x in v) if isinstance(v, list) else v for k, v in row.items()}
-            )
-    tmp.replace(path)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {k: ";".join(f"{x:.4f}" for x in v) if isinstance(v, list) else v for k, v in row.items()}
+        )
+    write_text(path, text.getvalue())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -371,10 +367,10 @@ def run(args: argparse.Namespace) -> int:
         if ops:
             ops_rows = [(world, *row) for row in ops]
         prof["links"] = {str(c["gpus"]): c["link"] for c in results["configurations"]}
-        _write_atomic(out / "profile.json", json.dumps({**meta, "profile": prof}, indent=1))
-        _write_atomic(out / "results.json", json.dumps(results, indent=1))
+        write_text(out / "profile.json", json.dumps({**meta, "profile": prof}, indent=1))
+        write_text(out / "results.json", json.dumps(results, indent=1))
     results["meta"]["run_wall_s"] = time.perf_counter() - began
-    _write_atomic(out / "results.json", json.dumps(results, indent=1))
+    write_text(out / "results.json", json.dumps(results, indent=1))
     _write_csv(out / "results.csv", [r for c in results["configurations"] for r in c["rows"]])
     _write_csv(out / "baseline.csv", [r for c in results["configurations"] for r in c["baseline"]])
     if ops_rows:
@@ -495,11 +491,11 @@ def resimulate(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("graph.txt", "profile.json", "baseline.csv", "ops.csv"):
         if Path(source, name).exists():
-            _write_atomic(out / name, Path(source, name).read_text())
-    _write_atomic(out / "results.json", json.dumps(results, indent=1))
+            write_text(out / name, Path(source, name).read_text())
+    write_text(out / "results.json", json.dumps(results, indent=1))
     _write_csv(out / "results.csv", [r for c in results["configurations"] for r in c["rows"]])
     text = report_text(results)
-    _write_atomic(out / "report.md", text + "\n")
+    write_text(out / "report.md", text + "\n")
     print(text)
     return 0
 

@@ -22,8 +22,6 @@ driver submits jobs in file order, so an earlier arrival after a later one would
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Literal
 
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 
+from clustertwin.atomic import write_text
 from clustertwin.errors import InputError
 
 _COLUMNS = {
@@ -150,14 +149,7 @@ def write_gavel_trace(jobs: Iterable[TraceJob], path: str | Path) -> None:
         )
         rows.append("\t".join(cells) + "\n")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.writelines(rows)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, "".join(rows))
 
 
 def slo_deadline_s(

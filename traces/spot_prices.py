@@ -52,9 +52,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import re
-import tempfile
 import warnings
 from collections.abc import Iterable
 from datetime import datetime
@@ -63,6 +61,7 @@ from pathlib import Path
 import pandas as pd
 from clustertwin.traces.files import parse_json, read_text
 
+from clustertwin.atomic import write_atomically
 from clustertwin.errors import InputError
 
 COLUMNS = ("timestamp", "region", "zone", "instance_type", "price")
@@ -271,15 +270,7 @@ def write_price_csv(table: pd.DataFrame, path: str | Path) -> None:
     )
     out["price"] = out["price"].map(repr)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            out.to_csv(f, index=False, lineterminator="\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a data file should be readable like any other
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda p: out.to_csv(p, index=False, lineterminator="\n", encoding="utf-8"))
 
 
 def markets(table: pd.DataFrame) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""Multinomial logistic regression (MLR, one of FlexRR's benchmarks, §3.4) on synthetic data.
+"""FlexRR's training problem: multinomial logistic regression (MLR, one of FlexRR's benchmarks, §3.4) on
+synthetic data (the numerics: ``runtime/models/mlr.py``).
 
 Each item is a mini-batch of ``batch`` labelled examples (one example by default); processing items
 [a, b) of iteration k adds ``-lr / (items * batch) * sum of per-example gradients at the model of
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from clustertwin.runtime.models import mlr
 
 if TYPE_CHECKING:
     from clustertwin.scenarios.flexrr_schema import FlexRRScenario
@@ -48,12 +50,9 @@ class MLRProblem:
         """Synthetic, separable-ish data, a pure function of the seed (and of the device type: CPU and
         CUDA generators draw different streams). Generated where it is used, so a GPU worker does not
         spend seconds of one CPU thread on it."""
-        g = torch.Generator(device=device).manual_seed(self.seed)
-        kw = {"generator": g, "dtype": self.torch_dtype, "device": device}
-        truth = torch.randn(self.features, self.classes, **kw)
-        x = torch.randn(self.examples, self.features, **kw)
-        y = torch.argmax(x @ truth + 0.5 * torch.randn(self.examples, self.classes, **kw), 1)
-        return x, y
+        return mlr.synthetic_data(
+            self.seed, self.examples, self.features, self.classes, self.torch_dtype, device
+        )
 
     def initial(self, device: str | torch.device = "cpu") -> torch.Tensor:
         return torch.zeros(self.features, self.classes, dtype=self.torch_dtype, device=device)
@@ -73,10 +72,8 @@ class MLRProblem:
 
 
 def delta(problem: MLRProblem, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Update contributed by examples (x, y) at model w (softmax cross-entropy gradient step)."""
-    p = torch.softmax(x @ w, dim=1)
-    p[torch.arange(len(y), device=y.device), y] -= 1.0
-    return -(problem.lr / (problem.items * problem.batch)) * (x.T @ p)
+    """Update contributed by examples (x, y) at model w, as a share of the iteration's full pass."""
+    return mlr.update(x, y, w, problem.lr, problem.items * problem.batch)
 
 
 def delta_items(
@@ -88,10 +85,6 @@ def delta_items(
         part = delta(problem, x[a:b], y[a:b], w)
         total = part if total is None else total + part
     return total if total is not None else torch.zeros_like(w)
-
-
-def loss(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> float:
-    return float(torch.nn.functional.cross_entropy(x @ w, y))
 
 
 def reference(problem: MLRProblem, iterations: int, slack: int) -> torch.Tensor:

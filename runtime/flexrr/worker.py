@@ -27,7 +27,6 @@ experiment then pays process start, CUDA initialisation and data generation once
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import time
 from datetime import timedelta
@@ -41,6 +40,8 @@ from clustertwin.policies.flexrr.worker import Phase
 from clustertwin.runtime.flexrr.mailbox import StoreMailbox
 from clustertwin.runtime.flexrr.model import MLRProblem, delta_items, problem_for
 from clustertwin.scenarios.flexrr_schema import FlexRRReal, FlexRRScenario
+
+from clustertwin.atomic import write_text
 
 
 def pick_device(rt: FlexRRReal, rank: int) -> torch.device:
@@ -72,9 +73,7 @@ def worker_main(rank: int, world: int, scenarios_json: list[str], out_dir: str, 
         out = _run_one(f"flexrr/{i}", rank, world, scenario, store, device, data)
         path = Path(out_dir) / f"run{i}" / f"rank{rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(out))
-        os.replace(tmp, path)
+        write_text(path, json.dumps(out))
     dist.destroy_process_group()
 
 

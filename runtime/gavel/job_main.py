@@ -29,6 +29,8 @@ from clustertwin.runtime.gavel.lease import Lease, LeaseReport, Trainer
 from clustertwin.runtime.gavel.training_env import flush_subnormals
 from clustertwin.runtime.workloads import workload_for
 
+from clustertwin.atomic import write_text
+
 
 def report_json(report: LeaseReport, saved: bool) -> dict:
     return {**asdict(report), "throughput": report.throughput, "saved": saved}
@@ -100,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             report = trainer.train(first)
             report = replace(report, load_s=trainer.load_s, save_s=trainer.save())
             if trainer.rank == 0:
-                tmp = args.report.with_name(f".{args.report.name}.tmp")
-                tmp.write_text(json.dumps(report_json(report, True)))
-                os.replace(tmp, args.report)
+                write_text(args.report, json.dumps(report_json(report, True)))
     finally:
         if world > 1:
             dist.destroy_process_group()

@@ -13,7 +13,6 @@ previous checkpoint intact: no finished step is lost or counted twice.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +21,8 @@ import torch
 import torch.distributed as dist
 from clustertwin.runtime.workloads import Workload
 from torch import nn
+
+from clustertwin.atomic import write_atomically
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,8 @@ def load(path: Path, workload: Workload, seed: int, device: torch.device) -> Tra
 
 def save(path: Path, state: TrainingState) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(
-        {"model": state.model.state_dict(), "optimizer": state.optimizer.state_dict(), "step": state.step},
-        tmp,
-    )
-    os.replace(tmp, path)
+    saved = {"model": state.model.state_dict(), "optimizer": state.optimizer.state_dict(), "step": state.step}
+    write_atomically(path, lambda p: torch.save(saved, p))
 
 
 class Trainer:

@@ -112,6 +112,7 @@ from clustertwin.scenarios.gavel_workload import load_table, trace_jobs
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.traces.gavel_trace import load_gavel_trace
 
+from clustertwin.atomic import write_atomically, write_text
 from clustertwin.errors import InputError
 
 DEFAULT_STEPS = 30
@@ -814,8 +815,8 @@ def check_output(out: Path) -> None:
 def write_profile(rows: Sequence[ProfileRow], out: Path) -> tuple[Path, Path]:
     """Write the throughput CSV at ``out`` and the overhead CSV beside it; returns both paths.
 
-    Both files are complete before either is renamed into place, so a crash leaves the previous pair
-    (not a table without its overheads, or a half-written table a simulation would read).
+    Both files are complete before the throughput table is renamed into place, so a crash leaves the
+    previous table (not a table without its overheads, or a half-written table a simulation would read).
     """
     throughputs = [(r.job_type, r.scale_factor, r.worker_type, _number(r.throughput)) for r in rows]
     overheads = [
@@ -829,21 +830,16 @@ def write_profile(rows: Sequence[ProfileRow], out: Path) -> tuple[Path, Path]:
         )
         for r in rows
     ]
-    targets = [(out, THROUGHPUT_COLUMNS, throughputs), (overheads_path(out), OVERHEAD_COLUMNS, overheads)]
     out.parent.mkdir(parents=True, exist_ok=True)
-    staged: list[tuple[str, Path]] = []
-    try:
-        for path, header, body in targets:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            staged.append((tmp, path))
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(_csv_text(header, body))
-        for tmp, path in staged:
-            os.replace(tmp, path)
-    finally:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
-    return out, overheads_path(out)
+
+    def write_both(staged_throughputs: Path) -> None:
+        # The overheads go into place while the throughput table is still staged: a failure in either
+        # write leaves the old throughput table, and only the last rename publishes the new pair.
+        text = _csv_text(THROUGHPUT_COLUMNS, throughputs)
+        staged_throughputs.write_text(text, encoding="utf-8", newline="")
+        write_text(overheads_path(out), _csv_text(OVERHEAD_COLUMNS, overheads))
+
+    return write_atomically(out, write_both), overheads_path(out)
 
 
 def _number(value: float) -> str:

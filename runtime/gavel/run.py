@@ -46,6 +46,7 @@ from clustertwin.scenarios.gavel_workload import (
 )
 from clustertwin.scenarios.results import GAVEL_TABLES, RunResult
 
+from clustertwin.atomic import write_parquet
 from clustertwin.errors import InputError
 
 AGENT_START_S = 120.0
@@ -405,9 +406,7 @@ class RealGavel:
         assert self.snapshot_dir is not None
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)
         for name, table in self._tables().items():
-            tmp = self.snapshot_dir / f".{name}.parquet.tmp"
-            table.to_parquet(tmp, index=False)
-            os.replace(tmp, self.snapshot_dir / f"{name}.parquet")
+            write_parquet(self.snapshot_dir / f"{name}.parquet", table)
 
     def _tables(self) -> dict[str, pd.DataFrame]:
         scale = self.scenario.real.time_scale if self.scenario.real else 1.0

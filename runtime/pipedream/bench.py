@@ -24,6 +24,8 @@ from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, in
 from clustertwin.runtime.pipedream.torch_pipelining import bench_torch_pipelining
 from clustertwin.runtime.pipedream.workload import Workload
 
+from clustertwin.atomic import write_text
+
 INTERLEAVE = 2  # chunks per device of the interleaved schedule
 
 
@@ -96,10 +98,7 @@ def _free(device: torch.device) -> None:
 
 
 def _save(result: dict, ops: list, rank: int, out_dir: str) -> None:
-    path = Path(out_dir, f"rank{rank}.json")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(path)
+    write_text(Path(out_dir, f"rank{rank}.json"), json.dumps(result))
     if ops:
         torch.save(ops, Path(out_dir, f"ops{rank}.pt"))
 

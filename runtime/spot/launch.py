@@ -37,6 +37,7 @@ from clustertwin.runtime.spot.controller import Controller, Epoch
 from clustertwin.runtime.spot.driver import EvictionEvent, schedule
 from clustertwin.runtime.spot.model import MLR, partition_bounds
 
+from clustertwin.atomic import write_text
 from clustertwin.errors import RunFailure
 
 READY_TIMEOUT_S = 120.0
@@ -304,9 +305,8 @@ class Launcher:
         if target is not None:
             if st.add(f"ckpt/{target}/n", 0) >= self.n:
                 manifest = self.ckpt_dir / "latest.json"
-                tmp = manifest.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_text(json.dumps({"clock": target, "phase": self.phase}))
-                os.replace(tmp, manifest)  # atomic: a restart never sees a half-written checkpoint
+                # Atomic: a restart never sees a half-written checkpoint.
+                write_text(manifest, json.dumps({"clock": target, "phase": self.phase}))
                 self.rec.checkpoints[-1]["done_s"] = self.now()
                 target = None
             elif self._prog(min) > target + 2:  # a server was past the clock when asked: ask again

@@ -1,4 +1,5 @@
-"""The job: multinomial logistic regression (the Proteus paper's MLR app, seed 003 §3) on synthetic data.
+"""The job: multinomial logistic regression (the Proteus paper's MLR app, seed 003 §3) on synthetic data
+(the numerics: ``runtime/models/mlr.py``).
 
 The parameters are one flat float64 vector (a ``features × classes`` weight matrix) cut into N fixed
 contiguous partitions (AgileML's partitions, seed 003 §1.4). One *clock* is one SGD step on a global
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from clustertwin.runtime.models import mlr
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,7 @@ class MLR:
         return self.features * self.classes
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(self.seed)
-        truth = torch.randn(self.features, self.classes, generator=g, dtype=torch.float64)
-        x = torch.randn(self.examples, self.features, generator=g, dtype=torch.float64)
-        noise = 0.5 * torch.randn(self.examples, self.classes, generator=g, dtype=torch.float64)
-        return x, torch.argmax(x @ truth + noise, 1)
+        return mlr.synthetic_data(self.seed, self.examples, self.features, self.classes)
 
     def batch_indices(self, clock: int) -> np.ndarray:
         """The examples of clock ``clock``'s global batch (a sliding window over the data)."""
@@ -59,16 +57,13 @@ def share_bounds(batch: int, workers: int, index: int) -> tuple[int, int]:
 def update(problem: MLR, x: torch.Tensor, y: torch.Tensor, w_flat: torch.Tensor) -> torch.Tensor:
     """−lr/batch × Σ softmax-cross-entropy gradients of (x, y) at ``w_flat`` (flat, like ``w_flat``)."""
     w = w_flat.view(problem.features, problem.classes)
-    p = torch.softmax(x @ w, dim=1)
-    p[torch.arange(len(y), device=p.device), y] -= 1.0
-    return (-(problem.lr / problem.batch) * (x.T @ p)).reshape(-1)
+    return mlr.update(x, y, w, problem.lr, problem.batch).reshape(-1)
 
 
 def loss(problem: MLR, w_flat: np.ndarray) -> float:
     """Mean cross-entropy of ``w_flat`` over all examples."""
     x, y = problem.data()
-    w = torch.from_numpy(np.asarray(w_flat)).view(problem.features, problem.classes)
-    return float(torch.nn.functional.cross_entropy(x @ w, y))
+    return mlr.loss(x, y, torch.from_numpy(np.asarray(w_flat)).view(problem.features, problem.classes))
 
 
 def reference(problem: MLR, clocks: int) -> np.ndarray:

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from clustertwin.atomic import write_atomically
+
 POLL_S = 0.002  # how often a waiting process re-checks the store
 HISTORY = 64  # consistent BackupPS states kept per partition
 
@@ -278,12 +280,14 @@ class TrainingProcess:
         assert self.ckpt_dir is not None
         folder = self.ckpt_dir / f"c{clock}"
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".p{p}.{os.getpid()}.tmp"
-        with tmp.open("wb") as f:
-            np.save(f, self.serving[p])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / f"p{p}.npy")
+
+        def save(temporary: Path) -> None:
+            with temporary.open("wb") as f:
+                np.save(f, self.serving[p])
+                f.flush()
+                os.fsync(f.fileno())
+
+        write_atomically(folder / f"p{p}.npy", save)
         self.st.add(f"ckpt/{clock}/n", 1)
 
     def _retire(self, c: int) -> None:

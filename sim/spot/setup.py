@@ -10,7 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from clustertwin.policies.bidbrain import BidBrainParams, CostParams, EvictionTable, estimate_eviction_table
+from clustertwin.policies.bidbrain import (
+    BidBrainParams,
+    CostParams,
+    EvictionTable,
+    estimate_eviction_table,
+)
 from clustertwin.policies.spot import ACQUISITION, AcquisitionInputs, AcquisitionPolicy, FaultTolerance
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import to_frame

@@ -1,0 +1,1 @@
+"""Models the real runs train, shared by the kinds whose papers use the same benchmark."""
