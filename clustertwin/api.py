@@ -88,6 +88,9 @@ def run(
     keeps its tables so far in ``<out>.partial`` until then. ``progress(fraction, text)`` is called as
     the run goes.
     """
+    from clustertwin.solver_banner import silence_solver_banner
+
+    silence_solver_banner()  # HiGHS's licence banner would land in the caller's output
     if scenario is None:
         scenario = load(path, overrides)
     elif path is not None or overrides:
