@@ -103,8 +103,9 @@ class PipeDreamPlanner(_Strict):
 
     @model_validator(mode="after")
     def _manual_has_stages(self) -> PipeDreamPlanner:
-        if (self.mode == "manual") != (self.stages is not None):
-            raise ValueError("give stages exactly when mode is manual")
+        if PLANNERS.get(self.mode).given_stages != (self.stages is not None):
+            modes = [e.name for e in PLANNERS.entries() if e.factory.given_stages]
+            raise ValueError(f"give stages exactly when mode is {' or '.join(modes)}")
         return self
 
 

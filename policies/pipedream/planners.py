@@ -15,6 +15,10 @@ level of one stage per chunk, no replicas, at the bandwidth of the slowest link 
 exhaustive search over flat plans (``brute_force``, the DP's oracle; tiny instances only); and
 hand-written stages (``manual``).
 
+PipeDream-2BW's planner (``twobw_planner``, seed 001 §3.3) is not an entry: it chooses a configuration
+(data-parallel width, depth, microbatch size, recomputation) for a model of identical blocks under a
+memory limit, not the stages of a profiled model; PTD-P's formulas (``ptdp``) plan nothing.
+
 A schedule that does not replicate stages (``PipelineSchedule.replicates_stages``) runs straight
 pipelines of one stage per chunk; every planner honours that through :attr:`PlannerInput.straight`.
 """
@@ -25,6 +29,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from clustertwin.policies.pipedream.partition import (
     Convention,
@@ -79,7 +84,10 @@ class PlannerInput:
 
 class StagePlanner(ABC):
     """A planner: the stages (layer ranges and replicas) of one pipeline copy. Bad input raises
-    ``ValueError`` with a message for the scenario's ``planner`` field."""
+    ``ValueError`` with a message for the scenario's ``planner`` field. ``given_stages``: the planner
+    takes the stages from the scenario (``planner.stages``) instead of choosing them."""
+
+    given_stages: ClassVar[bool] = False
 
     @abstractmethod
     def plan(self, inp: PlannerInput) -> PartitionPlan: ...
@@ -137,6 +145,8 @@ class FlatPlanner(StagePlanner):
 @PLANNERS.register("manual")
 class ManualPlanner(StagePlanner):
     """The stages as written: contiguous, covering every layer block, on the pipeline's devices"""
+
+    given_stages = True
 
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         stages = tuple(inp.stages or ())
