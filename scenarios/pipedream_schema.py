@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from clustertwin.policies.pipedream.planners import PLANNERS
+from clustertwin.policies.pipedream.schedules import SCHEDULES, names_where, schedule_spec
+from clustertwin.policies.registry import Registry, UnknownName
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from clustertwin.traces.pipedream_profile import BUNDLED_BATCH_SIZES
 from pydantic import (
@@ -13,6 +16,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    field_validator,
     model_validator,
 )
 
@@ -79,22 +83,29 @@ class PipeDreamStage(_Strict):
 
 
 class PipeDreamPlanner(_Strict):
-    """How stages are chosen.
+    """How stages are chosen: ``mode`` names a registered planner (``policies.pipedream.planners``).
 
     ``hierarchical``: the DP of seed 001 §2.4.1 over (devices per server, servers); ``flat``: one level
     of every device at the inter-server bandwidth (seed 004); ``straight``: no replicated stages, one
-    stage per device; ``manual``: ``stages`` as given. Schedules other than ``1f1b`` run straight
-    pipelines only, so for them the planner is forced to ``straight`` (unless ``manual``).
+    stage per device; ``brute_force``: exhaustive search of flat plans (tiny models); ``manual``:
+    ``stages`` as given. Schedules that do not replicate stages (all but ``1f1b``) run straight
+    pipelines only, which every planner honours.
     """
 
-    mode: Literal["hierarchical", "flat", "straight", "manual"] = "hierarchical"
+    mode: str = "hierarchical"
     convention: Literal["dissertation", "arxiv", "code"] = "dissertation"
     stages: list[PipeDreamStage] | None = None
 
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, mode: str) -> str:
+        return _registered(PLANNERS, mode)
+
     @model_validator(mode="after")
     def _manual_has_stages(self) -> PipeDreamPlanner:
-        if (self.mode == "manual") != (self.stages is not None):
-            raise ValueError("give stages exactly when mode is manual")
+        if PLANNERS.get(self.mode).given_stages != (self.stages is not None):
+            modes = [e.name for e in PLANNERS.entries() if e.factory.given_stages]
+            raise ValueError(f"give stages exactly when mode is {' or '.join(modes)}")
         return self
 
 
@@ -113,7 +124,7 @@ class PipeDreamScenario(ScenarioBase):
     kind: Literal["pipedream"]
     model: PipeDreamModel = PipeDreamModel()
     cluster: PipeDreamCluster = PipeDreamCluster()
-    schedule: Literal["gpipe", "flush", "1f1b", "2bw", "interleaved"] = "1f1b"
+    schedule: str = "1f1b"  # a registered pipeline schedule (policies.pipedream.schedules)
     microbatch_size: PositiveInt = 64  # samples per microbatch
     microbatches: PositiveInt = 64  # per minibatch (1f1b: inputs simulated, rounded up to a multiple of
     # every stage's replica count)
@@ -127,16 +138,38 @@ class PipeDreamScenario(ScenarioBase):
     planner: PipeDreamPlanner = PipeDreamPlanner()
     memory: PipeDreamMemory = PipeDreamMemory()
 
+    @field_validator("schedule")
+    @classmethod
+    def _known_schedule(cls, schedule: str) -> str:
+        return _registered(SCHEDULES, schedule)
+
     @model_validator(mode="after")
     def _consistent(self) -> PipeDreamScenario:
-        if self.chunks_per_device > 1 and self.schedule != "interleaved":
-            raise ValueError("chunks_per_device > 1 needs schedule: interleaved")
-        if self.in_flight is not None and self.schedule != "1f1b":
-            raise ValueError("in_flight applies to schedule: 1f1b only")
+        spec = schedule_spec(self.schedule)
+        if self.chunks_per_device > 1 and not spec.interleaves:
+            raise ValueError(
+                f"chunks_per_device > 1 needs schedule: {' or '.join(names_where('interleaves'))}"
+            )
+        if self.in_flight is not None and not spec.takes_in_flight:
+            raise ValueError(
+                f"in_flight applies to schedule: {' or '.join(names_where('takes_in_flight'))} only"
+            )
         if self.cluster.num_devices % self.data_parallel:
             raise ValueError(
                 f"data_parallel={self.data_parallel} must divide the {self.cluster.num_devices} devices"
             )
-        if self.data_parallel > 1 and self.schedule == "1f1b":
-            raise ValueError("1f1b replicates stages itself (planner); use data_parallel with sync schedules")
+        if self.data_parallel > 1 and spec.replicates_stages:
+            raise ValueError(
+                f"{self.schedule} replicates stages itself (planner); use data_parallel with a schedule that"
+                " runs straight pipelines"
+            )
         return self
+
+
+def _registered(registry: Registry, name: str) -> str:
+    """``name`` if the registry has it, else the registry's error, which lists the names it has."""
+    try:
+        registry.get(name)
+    except UnknownName as err:
+        raise ValueError(str(err)) from None
+    return name

@@ -169,3 +169,21 @@ def test_lease_renewed_when_the_same_job_keeps_its_gpu():
     sched.record_round(first, np.array([360.0]), {0: 1.0}, 360.0)
     second = sched.next_round()
     assert second.renewed[0] and second.gpus[0] == first.gpus[0]
+
+
+def test_a_price_change_resets_once_the_rate_limit_allows_and_a_resize_at_once():
+    layout = ClusterLayout(("v100", "k80"), (2, 2), (1, 1))
+    sched = GavelScheduler(
+        layout, FixedPolicy([0.5, 0.5]), np.random.default_rng(0), SchedulerConfig(360, 1920)
+    )
+    assert not sched.set_prices(np.array([3.0, 1.0]), 0.0)  # the first prices are not a change
+    assert not sched.cluster_reset_due(0.0, resized=True)  # nothing to allocate yet
+    sched.add_job(_spec(0))
+    sched.reset(0.0)
+    assert not sched.set_prices(np.array([3.0, 1.0]), 100.0) and not sched.cluster_reset_due(100.0, False)
+    assert sched.set_prices(np.array([2.0, 1.0]), 200.0)
+    assert not sched.cluster_reset_due(1000.0, False)  # the rate limit holds the price change back
+    assert sched.cluster_reset_due(1000.0, True)  # workers came or went: re-plan at once
+    assert sched.cluster_reset_due(1920.0, False)
+    sched.reset(1920.0)
+    assert not sched.cluster_reset_due(5000.0, False)  # that reset saw the new prices

@@ -18,6 +18,7 @@ from clustertwin.runtime.gavel.run import RealGavel  # noqa: E402
 from clustertwin.scenarios.load import load_scenario  # noqa: E402
 
 from clustertwin.cli import main  # noqa: E402
+from tests.test_gavel_renewal import assert_rounds_follow_plans, record_plans  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,6 +88,7 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
          "real.grace_s=6"],
     )  # fmt: skip
     real = RealGavel(scenario, tmp_path / "work", snapshot_dir=tmp_path / "partial")
+    plans = record_plans(real.scheduler)
     stop = threading.Event()
 
     def plan_published(r: int) -> bool:
@@ -120,6 +122,9 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
     assert "agent_lost" in set(events["kind"])
     assert "job_failed" in set(events["kind"])
     check_steps_conserved(result.tables["jobs"], result.tables["rounds"])
+    # Renewed exactly as the scheduler planned, the killed processes included (their next lease was
+    # planned as a fresh start, not as a renewal of a process that is gone).
+    assert_rounds_follow_plans(result.tables["rounds"], plans)
     # After every round the tables so far were rewritten: the last snapshot holds every round.
     snapshot = pd.read_parquet(tmp_path / "partial" / "rounds.parquet")
     assert len(snapshot) == len(result.tables["rounds"])

@@ -55,8 +55,17 @@ class ComboTable:
             if all(g in mapping for g in self.last_gpus[row]):
                 self.last_gpus[row] = tuple(mapping[g] for g in self.last_gpus[row])
             else:
-                self.last_type[row] = -1
-                self.last_gpus[row] = ()
+                self._ran_nowhere(row)
+
+    def forget_placement(self, job_id: int) -> None:
+        """Every combination of the job last ran nowhere: its next placement is not a renewal."""
+        for row, key in enumerate(self.keys):
+            if job_id in key:
+                self._ran_nowhere(row)
+
+    def _ran_nowhere(self, row: int) -> None:
+        self.last_type[row] = -1
+        self.last_gpus[row] = ()
 
     def drop_job(self, job_id: int) -> None:
         """Remove every combination the job belongs to."""

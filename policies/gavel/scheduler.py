@@ -109,6 +109,9 @@ class GavelScheduler:
         budget: float | None = None,
     ) -> None:
         self.layout = layout
+        # The cluster at full size: a job must fit it, not only the workers up at the moment (on a cloud
+        # fleet they come and go, :meth:`resize`).
+        self.full_layout = layout
         self.policy = policy
         self.rng = rng
         self.config = config or SchedulerConfig()
@@ -123,6 +126,7 @@ class GavelScheduler:
         self.allocation: Allocation | None = None
         self.last_input: AllocationInput | None = None
         self.last_reset_s: float | None = None
+        self.prices_changed_s: float | None = None  # when prices last changed (cluster_reset_due)
         self.num_resets = 0
         self._dirty = False
 
@@ -137,20 +141,31 @@ class GavelScheduler:
         self.layout = replace(self.layout, gpus=tuple(gpus))
         self.combos.renumber(gpu_maps)
 
-    def set_prices(self, prices: np.ndarray) -> None:
-        """Prices ($/GPU-hour per worker type) changed; cost policies see them at the next reset."""
+    def set_prices(self, prices: np.ndarray, now: float) -> bool:
+        """Prices ($/GPU-hour per worker type) now; cost policies see them at the next reset, which a
+        change asks for (:meth:`cluster_reset_due`). Returns whether they changed (the first prices the
+        scheduler learns are not a change)."""
+        changed = self.prices is not None and not np.array_equal(prices, self.prices)
+        if changed:
+            self.prices_changed_s = now
         self.prices = prices
+        return changed
 
     def add_job(self, spec: JobSpec) -> None:
         if spec.job_id in self.jobs:
             raise ValueError(f"job {spec.job_id} added twice")
-        if spec.scale_factor > max(self.layout.gpus):
+        if spec.scale_factor > max(self.full_layout.gpus):
             raise ValueError(
                 f"job {spec.job_id} needs {spec.scale_factor} GPUs but no worker type has that many"
             )
         self.jobs[spec.job_id] = _JobState(spec)
         self.combos.add((spec.job_id,), spec.scale_factor, np.zeros(self.layout_k))
         self._dirty = True
+
+    def lease_lost(self, job_id: int) -> None:
+        """The job's process no longer holds its workers (it died, or its machine did): its next
+        placement starts it afresh, so it is never a renewed lease (§5.5), whatever GPUs it gets."""
+        self.combos.forget_placement(job_id)
 
     def remove_job(self, job_id: int) -> None:
         del self.jobs[job_id]
@@ -197,8 +212,24 @@ class GavelScheduler:
         return len(self.layout.worker_types)
 
     def reset_due(self, now: float) -> bool:
-        if not self._dirty or not self.jobs:
+        """Jobs came or went since the last reset, and the rate limit allows one now."""
+        return self._dirty and bool(self.jobs) and self._reset_allowed(now)
+
+    def cluster_reset_due(self, now: float, resized: bool) -> bool:
+        """Whether a change of the cluster calls for a reset now: at once when workers came or went
+        (``resized``: X was computed for GPUs that are gone, or leaves new ones idle), and after a price
+        change (:meth:`set_prices`) once the rate limit allows, so that cost policies plan at the new
+        prices (seed 001 §6)."""
+        if not self.jobs:
             return False
+        if resized:
+            return True
+        pending = self.prices_changed_s is not None and (
+            self.last_reset_s is None or self.last_reset_s < self.prices_changed_s
+        )
+        return pending and self._reset_allowed(now)
+
+    def _reset_allowed(self, now: float) -> bool:
         return self.last_reset_s is None or now - self.last_reset_s >= self.config.min_reset_interval_s - 1e-9
 
     def next_reset_s(self) -> float | None:

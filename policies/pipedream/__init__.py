@@ -3,7 +3,21 @@
 - ``partition``: the hierarchical partitioning DP of seed 001 §2.4.1 (stages, replication, NOAM).
 - ``ops`` and the schedule generators (``gpipe``, ``one_f_one_b``, ``flush``, ``twobw``,
   ``interleaved``): per-worker op lists, executed unchanged by ``sim.pipedream`` and
-  ``runtime.pipedream``.
+  ``runtime.pipedream``; ``schedules`` is their registry.
+- ``planners``: the registry of stage planners (the DP's modes, manual stages, and ``brute_force``,
+  the exhaustive search of ``brute_force`` that checks the DP).
 - ``twobw_planner``: the PipeDream-2BW planner (seed 001 §3.3, Algorithm 1).
 - ``ptdp``: PTD-P's analytical model (seed 001 ch. 4: FLOPs, parameters, bubbles, communication).
+
+Importing the package registers every schedule and planner.
 """
+
+from clustertwin.policies.pipedream import (  # noqa: F401  (imported for their @register side effect)
+    brute_force,
+    flush,
+    gpipe,
+    interleaved,
+    one_f_one_b,
+    planners,
+    twobw,
+)

@@ -9,6 +9,7 @@ and its bubble is ``(p-1)/m`` like GPipe's.
 from __future__ import annotations
 
 from clustertwin.policies.pipedream.ops import Op, Schedule, build_schedule
+from clustertwin.policies.pipedream.schedules import SCHEDULES, PipelineSchedule
 
 
 def one_f_one_b_order(microbatches: list[int], warmup: int) -> list[tuple[str, int]]:
@@ -39,5 +40,35 @@ def flush(num_stages: int, num_microbatches: int, num_batches: int = 1) -> Sched
             ops.append(Op("W", mbs[-1], stage, t + 1))
         programs.append(ops)
     return build_schedule(
-        "flush", num_stages, num_microbatches * num_batches, None, programs, "sync", num_microbatches
+        "flush",
+        num_stages,
+        num_microbatches * num_batches,
+        None,
+        programs,
+        Flush.update_rule,
+        num_microbatches,
     )
+
+
+@SCHEDULES.register("flush")
+class Flush(PipelineSchedule):
+    """PipeDream-Flush: 1F1B within a minibatch, then a flush and one synchronous update (§3.2.2)"""
+
+    update_rule = "sync"
+    flushes = True
+
+    def generate(
+        self,
+        replicas: tuple[int, ...],
+        microbatches: int,
+        num_batches: int,
+        chunks_per_device: int,
+        in_flight: tuple[int, ...] | None,
+    ) -> Schedule:
+        return flush(len(replicas), microbatches, num_batches)
+
+    def weight_versions(self, stages: int, stage: int) -> int:
+        return 1
+
+    def stashed_activations(self, stages: int, microbatches: int, stage: int) -> int:
+        return min(stages - stage, microbatches)  # the warm-up forwards plus the one in steady state

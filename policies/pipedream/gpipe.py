@@ -14,6 +14,7 @@ from clustertwin.policies.pipedream.ops import (
     owned_microbatches,
     straight_placement,
 )
+from clustertwin.policies.pipedream.schedules import SCHEDULES, PipelineSchedule
 
 
 def gpipe(num_stages: int, num_microbatches: int, num_batches: int = 1) -> Schedule:
@@ -30,5 +31,35 @@ def gpipe(num_stages: int, num_microbatches: int, num_batches: int = 1) -> Sched
             ops.append(Op("W", mbs[-1], stage, t + 1))
         programs.append(ops)
     return build_schedule(
-        "gpipe", num_stages, num_microbatches * num_batches, None, programs, "sync", num_microbatches
+        "gpipe",
+        num_stages,
+        num_microbatches * num_batches,
+        None,
+        programs,
+        GPipe.update_rule,
+        num_microbatches,
     )
+
+
+@SCHEDULES.register("gpipe")
+class GPipe(PipelineSchedule):
+    """GPipe: all forwards, all backwards, then one synchronous update per minibatch (§2.2.1)"""
+
+    update_rule = "sync"
+    flushes = True
+
+    def generate(
+        self,
+        replicas: tuple[int, ...],
+        microbatches: int,
+        num_batches: int,
+        chunks_per_device: int,
+        in_flight: tuple[int, ...] | None,
+    ) -> Schedule:
+        return gpipe(len(replicas), microbatches, num_batches)
+
+    def weight_versions(self, stages: int, stage: int) -> int:
+        return 1
+
+    def stashed_activations(self, stages: int, microbatches: int, stage: int) -> int:
+        return microbatches  # every microbatch's forward runs before the first backward

@@ -12,6 +12,7 @@ update per chunk. ``m`` must be a multiple of ``p``.
 from __future__ import annotations
 
 from clustertwin.policies.pipedream.ops import Op, Schedule, Worker
+from clustertwin.policies.pipedream.schedules import SCHEDULES, PipelineSchedule
 
 
 def interleaved(
@@ -53,6 +54,31 @@ def interleaved(
         num_microbatches=m * num_batches,
         workers=tuple(workers),
         placement=placement,
-        update_rule="sync",
+        update_rule=Interleaved.update_rule,
         batch_microbatches=m,
     )
+
+
+@SCHEDULES.register("interleaved")
+class Interleaved(PipelineSchedule):
+    """PTD-P's interleaved 1F1B: several model chunks per device, a flush per minibatch (§4.2.2)"""
+
+    update_rule = "sync"
+    flushes = True
+    interleaves = True
+
+    def generate(
+        self,
+        replicas: tuple[int, ...],
+        microbatches: int,
+        num_batches: int,
+        chunks_per_device: int,
+        in_flight: tuple[int, ...] | None,
+    ) -> Schedule:
+        return interleaved(len(replicas), chunks_per_device, microbatches, num_batches)
+
+    def weight_versions(self, stages: int, stage: int) -> int:
+        return 1  # per chunk
+
+    def stashed_activations(self, stages: int, microbatches: int, stage: int) -> None:
+        return None  # §4.2.2 only says "comparable to 1F1B"; device 0 holds p + (p-1)/v stage equivalents

@@ -22,6 +22,7 @@ from clustertwin.policies.pipedream.ops import (
     first_deadlock,
     owned_microbatches,
 )
+from clustertwin.policies.pipedream.schedules import SCHEDULES, PipelineSchedule
 
 
 def default_in_flight(replicas: tuple[int, ...]) -> tuple[int, ...]:
@@ -58,10 +59,44 @@ def one_f_one_b(
                     version += 1
                     ops.append(Op("W", k, stage, version, blocking=False))
             programs.append(ops)
-    schedule = build_schedule("1f1b", len(replicas), num_microbatches, tuple(replicas), programs, "stash", 1)
+    schedule = build_schedule(
+        "1f1b", len(replicas), num_microbatches, tuple(replicas), programs, OneFOneB.update_rule, 1
+    )
     # A stage admitting more inputs than its upstream sends before needing a gradient back would wait
     # forever (e.g. in-flight (2, 3) on a straight pipeline); reject such caps here, not mid-run.
     stuck = first_deadlock(schedule)
     if stuck is not None:
         raise ValueError(f"in_flight {caps} for replicas {replicas} deadlocks: {stuck}")
     return schedule
+
+
+@SCHEDULES.register("1f1b")
+class OneFOneB(PipelineSchedule):
+    """PipeDream's asynchronous 1F1B(-RR) with weight stashing, over replicated stages (§2.4.2-2.4.3)"""
+
+    update_rule = "stash"
+    flushes = False
+    replicates_stages = True
+    takes_in_flight = True
+
+    def generate(
+        self,
+        replicas: tuple[int, ...],
+        microbatches: int,
+        num_batches: int,
+        chunks_per_device: int,
+        in_flight: tuple[int, ...] | None,
+    ) -> Schedule:
+        return one_f_one_b(replicas, microbatches * num_batches, in_flight)
+
+    def inputs(self, microbatches: int, replicas: tuple[int, ...]) -> int:
+        """Replicas of a stage all-reduce after every backward, so each must run equally many inputs:
+        round the input count up to a multiple of every replica count."""
+        step = math.lcm(*replicas)
+        return -(-microbatches // step) * step
+
+    def weight_versions(self, stages: int, stage: int) -> int:
+        return stages - stage  # one per input in flight: stage s sees W_s delayed by p-1-s updates
+
+    def stashed_activations(self, stages: int, microbatches: int, stage: int) -> int:
+        return min(stages - stage, microbatches)  # NOAM's in-flight inputs of a straight pipeline

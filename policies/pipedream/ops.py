@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 OpKind = Literal["F", "B", "W"]
+UpdateRule = Literal["sync", "stash", "2bw"]  # seed 001 Table 7.1; see ``Schedule``
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ class Schedule:
     num_microbatches: int
     workers: tuple[Worker, ...]
     placement: tuple[tuple[int, ...], ...]
-    update_rule: Literal["sync", "stash", "2bw"]
+    update_rule: UpdateRule
     batch_microbatches: int  # microbatches per weight update (1 for PipeDream's asynchronous 1F1B)
 
     def worker_for(self, chunk: int, microbatch: int) -> int:
@@ -83,7 +84,7 @@ def build_schedule(
     num_microbatches: int,
     replicas: tuple[int, ...] | None,
     programs: list[list[Op]],
-    update_rule: Literal["sync", "stash", "2bw"],
+    update_rule: UpdateRule,
     batch_microbatches: int,
 ) -> Schedule:
     """Assemble a one-chunk-per-worker schedule from per-worker op lists in ``straight_placement`` order."""

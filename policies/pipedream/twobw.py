@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from clustertwin.policies.pipedream.flush import one_f_one_b_order
 from clustertwin.policies.pipedream.ops import Op, Schedule, build_schedule
+from clustertwin.policies.pipedream.schedules import SCHEDULES, PipelineSchedule
 
 
 def twobw_version(microbatch: int, batch_microbatches: int) -> int:
@@ -38,4 +39,28 @@ def twobw(num_stages: int, batch_microbatches: int, num_batches: int) -> Schedul
             if kind == "B" and (k + 1) % batch_microbatches == 0:
                 ops.append(Op("W", k, stage, k // batch_microbatches + 1, blocking=False))
         programs.append(ops)
-    return build_schedule("2bw", num_stages, total, None, programs, "2bw", batch_microbatches)
+    return build_schedule("2bw", num_stages, total, None, programs, TwoBW.update_rule, batch_microbatches)
+
+
+@SCHEDULES.register("2bw")
+class TwoBW(PipelineSchedule):
+    """PipeDream-2BW: 1F1B without flushes, gradient accumulation and two weight versions (§3.2.1)"""
+
+    update_rule = "2bw"
+    flushes = False
+
+    def generate(
+        self,
+        replicas: tuple[int, ...],
+        microbatches: int,
+        num_batches: int,
+        chunks_per_device: int,
+        in_flight: tuple[int, ...] | None,
+    ) -> Schedule:
+        return twobw(len(replicas), microbatches, num_batches)
+
+    def weight_versions(self, stages: int, stage: int) -> int:
+        return 2  # the newest and the shadow version of inputs still in flight
+
+    def stashed_activations(self, stages: int, microbatches: int, stage: int) -> int:
+        return stages - stage  # 1F1B's warm-up forwards plus one; 2BW needs microbatches >= stages

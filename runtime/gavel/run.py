@@ -4,12 +4,14 @@ The decisions are the very ``policies.gavel.GavelScheduler`` the simulator drive
 wall-clock time, starts one agent per server (``runtime.gavel.agent``), publishes each round's placements via
 the control plane, and turns what the agents report into the same event tables the simulator writes.
 
-Leases are renewed as in Gavel (seed 001 §5.5): a job placed on the same workers as last round keeps its
-process, which trains on from memory; every other live process is told to save its checkpoint and exit
-before the round's plan goes out, so that no process loads a checkpoint that is still being written. The
-simulator of such a run charges the restart overhead to every lease that is not renewed
-(``mechanism.overhead_model: restart``). The scheduler learns each worker type's real overhead, started
-afresh and renewed, and shortens leases by it so that rounds keep their length.
+Leases are renewed as in Gavel (seed 001 §5.5), exactly where the round plan says so (the simulator
+executes the same renewed set): a renewed job keeps its process, which trains on from memory; every other
+live process is told to save its checkpoint and exit before the round's plan goes out, so that no process
+loads a checkpoint that is still being written. A process that dies is reported to the scheduler
+(``lease_lost``), which then plans the job's next lease as a fresh start. The simulator of such a run
+charges the restart overhead to every lease that is not renewed (``mechanism.overhead_model: restart``).
+Each worker type's real overhead, started afresh and renewed, is learned and leases are shortened by it
+so that rounds keep their length (``policies.gavel.lease_time``).
 
 A round credits the steps each lease reports. A job whose process dies keeps only what its checkpoint holds:
 the steps since its last save are taken back from the rounds that credited them (``rolled_back`` events),
@@ -30,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from clustertwin.policies.gavel.cluster import ClusterLayout
-from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, SchedulerConfig
+from clustertwin.policies.gavel.lease_time import LeaseTime
+from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, RoundPlan, SchedulerConfig
 from clustertwin.policies.registry import make_policy
 from clustertwin.runtime.cores import format_slots, slot_cores
 from clustertwin.runtime.gavel.agent import die_with_parent
@@ -116,12 +119,10 @@ class RealGavel:
         self.live: dict[int, _Live] = {}  # jobs whose process holds their workers between rounds
         self.lost_agents: set[str] = set()
         # What a round really loses per worker type, started afresh (process start-up, checkpoint load and
-        # save) or renewed, learned from the leases that ran their full time, so that a lease plus its
-        # overhead fills the round as the simulator assumes.
-        self.overhead: dict[tuple[str, bool], float] = {}
-        self.overhead_seen: dict[tuple[str, bool], list[float]] = {}  # every measurement, for the report
-        for t in self.layout.worker_types:
-            self.overhead[(t, False)], self.overhead[(t, True)] = scenario.overhead_s(t), 0.0
+        # save) or renewed: leases are sized by it, so that a lease plus its overhead fills the round.
+        self.lease_time = LeaseTime(
+            m.round_s, {t: scenario.overhead_s(t) for t in self.layout.worker_types}, ONLINE_SMOOTHING
+        )
 
     # --- set-up -------------------------------------------------------------------------------------
 
@@ -177,7 +178,7 @@ class RealGavel:
         # Seconds of a round not spent training (seed 001 Table 5.4), by worker type and lease kind.
         lost = {
             f"{name}/{'renewed' if renew else 'started'}": float(np.mean(seen))
-            for (name, renew), seen in sorted(self.overhead_seen.items())
+            for (name, renew), seen in sorted(self.lease_time.seen.items())
         }
         info = {"wall_s": time.perf_counter() - started, "backend": "real", "round_overhead_s": lost}
         return RunResult(tables=self._tables(), info=info)
@@ -212,18 +213,12 @@ class RealGavel:
             if self.progress is not None:
                 self.progress(len(self.completion) / len(self.jobs), f"round {round_index}")
 
-    def _run_round(self, r: int, plan) -> None:
+    def _run_round(self, r: int, plan: RoundPlan) -> None:
         m = self.scenario.mechanism
         real = self.scenario.real
         assert real is not None
         by_id = {j.spec.job_id: j for j in self.jobs}
-        placed = []
-        for i, (key, j, gpus) in enumerate(zip(plan.job_ids, plan.worker_types, plan.gpus, strict=True)):
-            k = self.layout.gpus_per_server[int(j)]
-            agent = next(a for a in self.agents if a.worker_type == int(j) and a.server == gpus[0] // k)
-            live = self.live.get(key[0])
-            renew = live is not None and (live.agent, live.gpus) == (agent.name, tuple(gpus))
-            placed.append((i, key[0], int(j), tuple(gpus), agent, renew))
+        placed = self._placements(plan)
         self._stop_unrenewed({job_id for _, job_id, _, _, _, renew in placed if renew}, r)
 
         per_agent: dict[str, list[dict]] = {a.name: [] for a in self.agents}
@@ -231,7 +226,7 @@ class RealGavel:
             spec = by_id[job_id].spec
             lease = {
                 "max_steps": int(spec.total_steps) - self.known_step[job_id],
-                "max_seconds": max(m.round_s - self.overhead[(self.layout.worker_types[j], renew)], 1.0),
+                "max_seconds": self.lease_time.lease_s(self.layout.worker_types[j], renew),
             }
             if renew:  # the process is waiting for its next lease
                 live = self.live[job_id]
@@ -292,10 +287,7 @@ class RealGavel:
                 if report["end_step"] < by_id[job_id].spec.total_steps:  # the lease ran its full time
                     full = True
                     spent = float(outcome["elapsed_s"]) - float(report["seconds"])
-                    self.overhead[(name, renew)] += ONLINE_SMOOTHING * (
-                        max(spent, 0.0) - self.overhead[(name, renew)]
-                    )
-                    self.overhead_seen.setdefault((name, renew), []).append(spent)
+                    self.lease_time.observe(name, renew, spent)
             self.first_start.setdefault(job_id, start)
             seconds[i] = job_end - start
             steps[job_id] = float(made)
@@ -324,6 +316,23 @@ class RealGavel:
             self.scheduler.remove_job(job_id)
             self.event_rows.append((t, "complete", job_id, ""))
 
+    def _placements(self, plan: RoundPlan) -> list[tuple[int, int, int, tuple[int, ...], Agent, bool]]:
+        """Each lease of the plan: (plan index, job, worker type, GPUs, agent, renewed). A lease is renewed
+        exactly when the scheduler's plan says so; its process is then the one already on those GPUs,
+        since every process that died was reported to the scheduler (:meth:`_roll_back`)."""
+        placed = []
+        for i, (key, j, gpus) in enumerate(zip(plan.job_ids, plan.worker_types, plan.gpus, strict=True)):
+            k = self.layout.gpus_per_server[int(j)]
+            agent = next(a for a in self.agents if a.worker_type == int(j) and a.server == gpus[0] // k)
+            renew = bool(plan.renewed[i])
+            live = self.live.get(key[0])
+            if renew and (live is None or (live.agent, live.gpus) != (agent.name, tuple(gpus))):
+                raise RuntimeError(
+                    f"round plan renews job {key[0]}'s lease on {gpus}, where it has no process"
+                )
+            placed.append((i, key[0], int(j), tuple(gpus), agent, renew))
+        return placed
+
     def _stop_unrenewed(self, renewed: set[int], r: int) -> None:
         """Tell every live process whose lease is not renewed to save and exit, and wait for the saves:
         a job's checkpoint must be on disk before any process (here or on another server) loads it."""
@@ -348,6 +357,7 @@ class RealGavel:
         """A job whose process died keeps only what its checkpoint holds: the steps it made since its last
         save (in renewed leases, held in memory) are taken back from the rounds that credited them."""
         self.live.pop(job_id, None)
+        self.scheduler.lease_lost(job_id)
         lost = self.known_step[job_id] - self.saved_step[job_id]
         if lost <= 0:
             return

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from clustertwin.policies.pipedream.ops import Schedule
-from clustertwin.policies.pipedream.schedules import make_schedule
+from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
 from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, init_rank
 from clustertwin.runtime.pipedream.torch_pipelining import bench_torch_pipelining
 from clustertwin.runtime.pipedream.workload import Workload
@@ -51,7 +51,7 @@ def bench_schedule(name: str, devices: int, microbatches: int, batches: int) -> 
         (1,) * devices,
         microbatches,
         batches,
-        chunks_per_device=INTERLEAVE if name == "interleaved" else 1,
+        chunks_per_device=INTERLEAVE if schedule_spec(name).interleaves else 1,
     )
 
 

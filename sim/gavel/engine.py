@@ -372,14 +372,7 @@ class GavelSimulation:
             self._add(self.arrived.items.pop(0))
 
     def _add(self, job: GavelJob) -> None:
-        if self.market is not None:
-            # The scheduler checks a job's size against the types' GPU counts; on a market those are the
-            # workers alive this minute, and a job must fit the fleet, not the survivors of an eviction.
-            alive, self.scheduler.layout = self.scheduler.layout, self.layout
-            self.scheduler.add_job(self._believed(job.spec))
-            self.scheduler.layout = alive
-        else:
-            self.scheduler.add_job(self._believed(job.spec))
+        self.scheduler.add_job(self._believed(job.spec))
         self.event_rows.append((self.env.now, "admit", job.spec.job_id, job.spec.job_type))
 
     def _believed(self, spec: JobSpec) -> JobSpec:

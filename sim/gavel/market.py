@@ -183,8 +183,6 @@ class MarketHook:
         # The scheduler starts with the whole fleet (the layout); the first sync drops any worker whose
         # bid does not hold at t = 0, so an all-on-demand fleet never looks changed.
         self.slots: list[list[int]] = [list(ids) for ids in self.of_type]
-        self.prices: np.ndarray | None = None
-        self.price_changed_s: float | None = None
         self.preemptions: list[dict] = []
         # Every time the market can change what the scheduler sees: lease edges and price changes.
         times = {t for w in workers for lease in w.leases for t in (lease.ready_s, lease.warned_s)}
@@ -212,8 +210,8 @@ class MarketHook:
         return np.array(out)
 
     def sync(self, sim: GavelSimulation, now: float) -> None:
-        """Show the scheduler the workers usable now and the prices now; reset the allocation on a
-        membership change, and on a price change once the rate limit allows."""
+        """Show the scheduler the workers usable now and the prices now, and reset the allocation when
+        it says the change calls for one (``GavelScheduler.cluster_reset_due``)."""
         sched = sim.scheduler
         slots = [[i for i in ids if self.workers[i].lease_at(now) is not None] for ids in self.of_type]
         moved = slots != self.slots
@@ -225,21 +223,9 @@ class MarketHook:
             self.slots = slots
             sim.event_rows.append((now, "market", -1, "workers " + self._counts()))
         prices = self.current_prices(now)
-        if self.prices is None or not np.array_equal(prices, self.prices):
-            if self.prices is not None:
-                self.price_changed_s = now
-                sim.event_rows.append((now, "market", -1, "prices " + _fmt(prices)))
-            self.prices = prices
-            sched.set_prices(prices)
-        if not sched.jobs:
-            return
-        pending = self.price_changed_s is not None and (
-            sched.last_reset_s is None or sched.last_reset_s < self.price_changed_s
-        )
-        allowed = (
-            sched.last_reset_s is None or now - sched.last_reset_s >= sched.config.min_reset_interval_s - 1e-9
-        )
-        if moved or (pending and allowed):
+        if sched.set_prices(prices, now):
+            sim.event_rows.append((now, "market", -1, "prices " + _fmt(prices)))
+        if sched.cluster_reset_due(now, moved):
             sched.reset(now)
             sim.event_rows.append((now, "reset", -1, f"{len(sched.jobs)} jobs (market)"))
 

@@ -3,14 +3,14 @@ execute them and tabulate. All decisions come from ``policies.pipedream``; this 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 
 import pandas as pd
 from clustertwin.policies.pipedream.ops import Schedule
-from clustertwin.policies.pipedream.partition import Level, PartitionPlan, StagePlan, plan_partition
-from clustertwin.policies.pipedream.schedules import make_schedule
+from clustertwin.policies.pipedream.partition import PartitionPlan, StagePlan
+from clustertwin.policies.pipedream.planners import PlannerInput, plan_with
+from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult
@@ -50,58 +50,27 @@ def network_of(scenario: PipeDreamScenario) -> Network:
 
 
 def plan_stages(scenario: PipeDreamScenario, profile: ModelProfile) -> PartitionPlan:
-    """Stages (layer ranges and replicas) for one pipeline copy, as the scenario's planner mode says."""
+    """Stages (layer ranges and replicas) for one pipeline copy, by the scenario's planner mode."""
     c = scenario.cluster
-    per_pipeline = c.num_devices // scenario.data_parallel
-    compute = profile.compute_s()
-    params = [lay.parameter_bytes for lay in profile.layers]
-    cuts = list(profile.cut_bytes)
-    mode = scenario.planner.mode
-    where = f"{scenario.name}: planner"
-    if mode == "manual":
-        stages = tuple(StagePlan(s.first, s.last, s.replicas) for s in scenario.planner.stages or ())
-        _check_manual(stages, profile.num_layers, per_pipeline, scenario, where)
-        return PartitionPlan(stages, math.nan, math.ceil(per_pipeline / stages[0].replicas))
-    if scenario.schedule != "1f1b":
-        mode = "straight"  # the synchronous schedules here run straight pipelines
-    chunks = per_pipeline * scenario.chunks_per_device
-    if mode == "straight":
-        if profile.num_layers < chunks:
-            raise InputError(where, f"{profile.num_layers} layer blocks cannot fill {chunks} stages")
-        spans = per_pipeline > c.devices_per_server
-        bandwidth = (c.inter_bandwidth_gbs if spans else c.intra_bandwidth_gbs) * GB
-        return plan_partition(
-            compute, params, cuts, [Level(chunks, bandwidth)], scenario.planner.convention, True
-        )
-    if mode == "flat":
-        levels = [Level(per_pipeline, c.inter_bandwidth_gbs * GB)]
-    else:
-        levels = [Level(c.devices_per_server, c.intra_bandwidth_gbs * GB)]
-        if c.servers > 1:
-            levels.append(Level(c.servers, c.inter_bandwidth_gbs * GB))
-    return plan_partition(compute, params, cuts, levels, scenario.planner.convention)
-
-
-def _check_manual(
-    stages: Sequence[StagePlan], layers: int, devices: int, scenario: PipeDreamScenario, where: str
-) -> None:
-    expected = 0
-    for i, st in enumerate(stages):
-        if st.first != expected or st.last < st.first:
-            raise InputError(
-                where, f"stage {i} must start at layer {expected} and end at or after it; got {st}"
-            )
-        expected = st.last + 1
-    if expected != layers:
-        raise InputError(
-            where, f"stages must cover layers 0..{layers - 1} (after coarsening); they end at {expected - 1}"
-        )
-    chunks = devices * scenario.chunks_per_device
-    if scenario.schedule == "1f1b":
-        if sum(st.replicas for st in stages) != devices:
-            raise InputError(where, f"replicas must add up to the {devices} devices of a pipeline")
-    elif len(stages) != chunks or any(st.replicas != 1 for st in stages):
-        raise InputError(where, f"schedule {scenario.schedule} needs {chunks} unreplicated stages")
+    manual = scenario.planner.stages
+    inp = PlannerInput(
+        compute_s=profile.compute_s(),
+        parameter_bytes=[lay.parameter_bytes for lay in profile.layers],
+        cut_bytes=list(profile.cut_bytes),
+        servers=c.servers,
+        devices_per_server=c.devices_per_server,
+        intra_bandwidth=c.intra_bandwidth_gbs * GB,
+        inter_bandwidth=c.inter_bandwidth_gbs * GB,
+        devices=c.num_devices // scenario.data_parallel,
+        chunks_per_device=scenario.chunks_per_device,
+        straight=not schedule_spec(scenario.schedule).replicates_stages,
+        convention=scenario.planner.convention,
+        stages=None if manual is None else tuple(StagePlan(s.first, s.last, s.replicas) for s in manual),
+    )
+    try:
+        return plan_with(scenario.planner.mode, inp)
+    except ValueError as err:
+        raise InputError(f"{scenario.name}: planner", str(err)) from None
 
 
 def chunk_costs(profile: ModelProfile, stages: Sequence[StagePlan]) -> list[ChunkCost]:
@@ -128,15 +97,11 @@ def build(
     """Everything the executor needs, without running it (also used by the real runtime and tests)."""
     profile = scenario_profile(scenario)
     plan = plan_stages(scenario, profile)
+    spec = schedule_spec(scenario.schedule)
     replicas = tuple(s.replicas for s in plan.stages)
-    microbatches = scenario.microbatches
-    if scenario.schedule == "interleaved":
+    if spec.interleaves:  # one straight pipeline of devices, each holding several of the plan's stages
         replicas = (1,) * (len(plan.stages) // scenario.chunks_per_device)
-    elif scenario.schedule == "1f1b":
-        # Replicas of a stage all-reduce after every backward, so each must run equally many inputs:
-        # round the simulated input count up to a multiple of every replica count.
-        step = math.lcm(*replicas)
-        microbatches = -(-microbatches // step) * step
+    microbatches = spec.inputs(scenario.microbatches, replicas)
     try:
         schedule = make_schedule(
             scenario.schedule,
