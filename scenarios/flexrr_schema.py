@@ -10,6 +10,7 @@ from typing import Literal
 from clustertwin.policies.flexrr.modes import MODES, mode
 from clustertwin.policies.flexrr.straggler_models import STRAGGLERS, straggler_model
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
+from clustertwin.scenarios.registry_fields import registered
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -81,12 +82,7 @@ class Stragglers(_Strict):
     # persistently slow worker: ``{model: slow_worker, workers: [0], probability: 1.0}``
     workers: list[NonNegativeInt] | None = None
 
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, value: str) -> str:
-        if value not in STRAGGLERS:
-            raise ValueError(f"unknown straggler model {value!r}; known: {', '.join(STRAGGLERS.names())}")
-        return value
+    _known_model = field_validator("model")(registered(STRAGGLERS))
 
 
 class ParameterServer(_Strict):
@@ -164,12 +160,7 @@ class FlexRRScenario(ScenarioBase):
     record_messages: bool = True
     real: FlexRRReal = FlexRRReal()
 
-    @field_validator("mode")
-    @classmethod
-    def _known_mode(cls, value: str) -> str:
-        if value not in MODES:
-            raise ValueError(f"unknown mode {value!r}; known: {', '.join(MODES.names())}")
-        return value
+    _known_mode = field_validator("mode")(registered(MODES))
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> FlexRRScenario:

@@ -8,8 +8,8 @@ from typing import Literal
 
 from clustertwin.policies.pipedream.planners import PLANNERS
 from clustertwin.policies.pipedream.schedules import SCHEDULES, names_where, schedule_spec
-from clustertwin.policies.registry import Registry, UnknownName
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
+from clustertwin.scenarios.registry_fields import registered
 from clustertwin.traces.pipedream_profile import BUNDLED_BATCH_SIZES
 from pydantic import (
     NonNegativeFloat,
@@ -96,10 +96,7 @@ class PipeDreamPlanner(_Strict):
     convention: Literal["dissertation", "arxiv", "code"] = "dissertation"
     stages: list[PipeDreamStage] | None = None
 
-    @field_validator("mode")
-    @classmethod
-    def _known_mode(cls, mode: str) -> str:
-        return _registered(PLANNERS, mode)
+    _known_mode = field_validator("mode")(registered(PLANNERS))
 
     @model_validator(mode="after")
     def _manual_has_stages(self) -> PipeDreamPlanner:
@@ -138,10 +135,7 @@ class PipeDreamScenario(ScenarioBase):
     planner: PipeDreamPlanner = PipeDreamPlanner()
     memory: PipeDreamMemory = PipeDreamMemory()
 
-    @field_validator("schedule")
-    @classmethod
-    def _known_schedule(cls, schedule: str) -> str:
-        return _registered(SCHEDULES, schedule)
+    _known_schedule = field_validator("schedule")(registered(SCHEDULES))
 
     @model_validator(mode="after")
     def _consistent(self) -> PipeDreamScenario:
@@ -164,12 +158,3 @@ class PipeDreamScenario(ScenarioBase):
                 " runs straight pipelines"
             )
         return self
-
-
-def _registered(registry: Registry, name: str) -> str:
-    """``name`` if the registry has it, else the registry's error, which lists the names it has."""
-    try:
-        registry.get(name)
-    except UnknownName as err:
-        raise ValueError(str(err)) from None
-    return name

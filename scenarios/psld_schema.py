@@ -12,6 +12,7 @@ from typing import Literal
 
 from clustertwin.policies.psld.policies import PLACEMENT, Placement, placement
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
+from clustertwin.scenarios.registry_fields import registered
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -139,12 +140,7 @@ class PSLDScenario(ScenarioBase):
     removals: list[Removal] = Field(default_factory=list)
     real: PSLDReal = PSLDReal()
 
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        if value not in PLACEMENT:
-            raise ValueError(f"unknown policy {value!r}; known: {', '.join(PLACEMENT.names())}")
-        return value
+    _known_policy = field_validator("policy")(registered(PLACEMENT))
 
     @field_validator("model")
     @classmethod
