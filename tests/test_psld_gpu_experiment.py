@@ -22,6 +22,7 @@ from clustertwin.errors import InputError
 from experiments.psld_gpu import main
 
 
+@pytest.mark.slow
 def test_tiny_cpu_run_writes_a_complete_table(tmp_path: Path, capsys) -> None:
     out = tmp_path / "psld-gpu"
     assert main(["run", "--out", str(out), "--device", "cpu", "--tiny"]) == 0

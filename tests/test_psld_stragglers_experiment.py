@@ -45,6 +45,7 @@ def test_growth_is_the_speedup_at_the_largest_k_over_the_smallest() -> None:
     assert growth(rows, "real") == pytest.approx({"k1": 4.0, "k4": 3.0, "growth": 0.75})
 
 
+@pytest.mark.slow
 def test_tiny_cpu_run_writes_the_table_and_every_speedup_row(tmp_path: Path, capsys) -> None:
     out = tmp_path / "fig14"
     assert main(["run", "--out", str(out), "--device", "cpu", "--tiny", "--seeds", "2"]) == 0

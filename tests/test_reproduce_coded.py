@@ -25,6 +25,7 @@ GATING = {
 }
 
 
+@pytest.mark.slow
 def test_flexrr_quick_reproduction_exit_status_matches_its_claims_and_reruns_from_cache(
     tmp_path: Path, capsys
 ) -> None:

@@ -31,6 +31,7 @@ def check_steps_conserved(jobs: pd.DataFrame, rounds: pd.DataFrame) -> None:
         assert made[row.job_id] == row.total_steps == row.steps_done
 
 
+@pytest.mark.slow
 def test_real_cpu_run_preempts_resumes_and_matches_the_table_contract(tmp_path: Path) -> None:
     """The acceptance run: >=4 jobs on 2 worker types through >=3 rounds, with preemption and resume."""
     out = tmp_path / "real"
