@@ -1,4 +1,4 @@
-"""Simulation fidelity: how far a simulated run was from a real run of the same scenario (seed 001,
+"""Simulation fidelity: how far a simulated run was from a real run of the same scenario ([Narayanan],
 §5.7.2, Table 5.3, where the paper reports physical and simulated results within 8%).
 
 Both runs are read back from their run folders and joined on ``job_id``. Average JCT is taken over the

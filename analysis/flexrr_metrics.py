@@ -1,4 +1,4 @@
-"""Headline metrics of a FlexRR run (seed 000, §3.4), from its event tables and info.
+"""Headline metrics of a FlexRR run ([Harlap], §3.4), from its event tables and info.
 
 ``time_per_iteration_s`` is the paper's speed metric (§3.4.3: overall run time / number of iterations);
 ``vs_ideal`` divides it by the Ideal bound computed from the same straggler realisation.

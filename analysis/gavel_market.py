@@ -1,4 +1,4 @@
-"""Metrics of a Gavel run on a cloud fleet (``market:`` section; seed 001 §6, seed 003 §6 metrics).
+"""Metrics of a Gavel run on a cloud fleet (``market:`` section; [Narayanan] §6, [Proteus] §6 metrics).
 
 ``cost_usd`` is the fleet's bill (every worker billed while it holds an instance, busy or idle, under
 the run's billing scheme); ``used_cost_usd`` is Gavel's pay-per-use figure ``Σ price × GPU-time`` of the

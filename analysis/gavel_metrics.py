@@ -1,4 +1,4 @@
-"""Headline metrics of a Gavel-level run, computed from its event tables (seed 001, §5.6).
+"""Headline metrics of a Gavel-level run, computed from its event tables ([Narayanan], §5.6).
 
 Job completion time (JCT) is measured on the jobs in the steady-state window only, as the paper does
 (jobs 4000-5000 of its long traces); everything else covers the whole run. A metric that has no data

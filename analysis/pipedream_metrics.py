@@ -3,7 +3,7 @@
 Throughput counts samples over the whole makespan (fill and drain included, as a real run would see).
 The bubble fraction is the share of device-time not spent computing: 1 − Σ busy / (devices × makespan),
 which for zero communication is exactly the paper's idle fraction, e.g. (p−1)/(m+p−1) of an iteration
-for GPipe and Flush (seed 001 Table 7.1 states it relative to the ideal time, (p−1)/m).
+for GPipe and Flush ([Narayanan] Table 7.1 states it relative to the ideal time, (p−1)/m).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Headline metrics of a PSLD run (seed 002, §6), from its event tables and info.
+"""Headline metrics of a PSLD run ([PSLD], §6), from its event tables and info.
 
 Throughput is the paper's metric (images/s, §6.1): synchronous iterations finished per second after
 ``warmup_s``, times workers x per-GPU batch. Load metrics describe the assignment in force at the end.

@@ -73,7 +73,7 @@ def planner_args(profile: ModelProfile) -> tuple[list[float], list[float], list[
 
 
 HIERARCHY_2X8 = [Level(8, 30 * GB), Level(2, 3.125 * GB)]  # Cluster-B: 2 servers x 8 (NVLink, 25 Gbps)
-FLAT_16 = [Level(16, 1.25 * GB)]  # 16 workers on 10 Gbps (seed 004's flat DP)
+FLAT_16 = [Level(16, 1.25 * GB)]  # 16 workers on 10 Gbps ([PipeDream-arXiv]'s flat DP)
 
 
 def bench_pipedream(emit: Callable[[str, object], None] | None = None) -> dict[str, str]:

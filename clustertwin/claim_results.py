@@ -115,7 +115,7 @@ def print_claims(rows: Sequence[ClaimRow], title: str, name: str) -> None:
             ours += f" ± {r.fmt.format(statistics.stdev(r.per_seed))}"
         paper = r.fmt.format(r.paper) if isinstance(r.paper, int | float) else r.paper
         holds = "-" if r.holds is None else ("yes" if r.holds else "NO") + ("" if r.gated else " (not gated)")
-        # escape: a source such as "[seed 004 §5]" would otherwise be read as rich markup and vanish
+        # escape: a source such as "[[Proteus] §5]" would otherwise be read as rich markup and vanish
         cells = (f"{r.id}: {r.claim} [{r.source}]", paper, ours, _band(r), holds)
         table.add_row(*(escape(c) for c in cells))
     Console(width=max(Console().width, 160), file=sys.stdout).print(table)

@@ -1,4 +1,4 @@
-"""``reproduce flexrr``: FlexRR's claims (seed 000, ch. 3) in simulation, as claim rows (``claim_results``).
+"""``reproduce flexrr``: FlexRR's claims ([Harlap], ch. 3) in simulation, as claim rows (``claim_results``).
 
 Every claim is computed from seed-averaged time per iteration (the paper reports arithmetic means of
 >= 3 runs, §3.4.1) of scenario runs under ``scenarios/flexrr/``; all modes of one seed share the straggler
@@ -124,7 +124,7 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[ClaimRo
             ClaimRow(
                 "slow-bsp-slope",
                 "Slow Worker: BSP time/iteration at 400% / at 0% (linear in (1+d) would be 5)",
-                "§3.4.3; notes §1.6 Monte Carlo",
+                "§3.4.3",
                 "~5 (linear)",
                 ys[-1] / ys[0],
                 None,

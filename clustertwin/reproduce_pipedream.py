@@ -1,15 +1,15 @@
-"""``reproduce pipedream``: PipeDream, 2BW/Flush, GPipe, interleaved and PTD-P claims (seed 004; seed 001
-ch. 2-4, Table 7.1) as claim rows (``claim_results``).
+"""``reproduce pipedream``: PipeDream, 2BW/Flush, GPipe, interleaved and PTD-P claims ([PipeDream-arXiv];
+[Narayanan] ch. 2-4, Table 7.1) as claim rows (``claim_results``).
 
 Nothing here runs a scenario, so ``claim_runs``' run pool does not apply; every row is computed live
 from our code when the command runs:
 
-1. simulation oracles (zero communication, uniform stage costs t_f = 1, t_b = 2; notes §2 "[derived]
-   unit-test oracles"): iteration times of GPipe, Flush and interleaved 1F1B, and Table 7.1's weight
-   versions and activation stashes as the op-level simulator measures them;
-2. the partitioning DP (seed 004 §3.1, seed 001 §2.4.1) against exhaustive search on random small
-   instances (``policies.pipedream.brute_force``);
-3. the planner's choices on the shipped profiles against the published ones (seed 001 §2.5.2, Table
+1. simulation oracles (zero communication, uniform stage costs t_f = 1, t_b = 2): iteration times of
+   GPipe, Flush and interleaved 1F1B, and Table 7.1's weight versions and activation stashes as the
+   op-level simulator measures them;
+2. the partitioning DP ([PipeDream-arXiv] §3.1, [Narayanan] §2.4.1) against exhaustive search on random
+   small instances (``policies.pipedream.brute_force``);
+3. the planner's choices on the shipped profiles against the published ones ([Narayanan] §2.5.2, Table
    2.2); the choices we do not reproduce are reported, with the reason, not checked;
 4. PTD-P's parameter (Eq. 4.3) and FLOP (Eq. 4.2) formulas against Tables 4.1 and 4.2 and §4.5.1's
    training-time estimates, and the bubble and communication takeaways of §4.3;
@@ -53,14 +53,14 @@ PAPER = (
     "Harlap, Narayanan et al., PipeDream: Fast and Efficient Pipeline Parallel DNN Training; Narayanan,"
     " PhD dissertation ch. 2-4"
 )
-TF, TB = 1.0, 2.0  # notes §2: the oracles' stage costs (t_b = 2 t_f, as in practice)
+TF, TB = 1.0, 2.0  # the oracles' stage costs (t_b = 2 t_f, as in practice)
 EXACT = 1e-9  # relative slack for identities: floating-point summation only
 SEED = 0  # of the random planner instances
 GB = 1e9
 
-# Cluster topologies of seed 001 §2.5.1 as in experiments/pipedream_choices.py: A = 4 V100 per server on
+# Cluster topologies of [Narayanan] §2.5.1 as in experiments/pipedream_choices.py: A = 4 V100 per server on
 # shared PCIe (10 GB/s assumed), 10 Gbps between servers; B = 8 V100 with NVLink (30 GB/s assumed),
-# 25 Gbps between servers; "flat 16" = seed 004's flat DP over 16 workers on 10 Gbps.
+# 25 Gbps between servers; "flat 16" = [PipeDream-arXiv]'s flat DP over 16 workers on 10 Gbps.
 A_4X4 = [Level(4, 10 * GB), Level(4, 1.25 * GB)]
 A_1X4 = [Level(4, 10 * GB)]
 B_2X8 = HIERARCHY_2X8
@@ -109,7 +109,7 @@ def _exact(value: float) -> tuple[float, float]:
 
 
 def _oracle_run(name: str, p: int, m: int, v: int = 1, batches: int = 1) -> SimOutcome:
-    """Simulate ``name`` on ``p`` devices with uniform stages and no communication (notes §2)."""
+    """Simulate ``name`` on ``p`` devices with uniform stages and no communication."""
     schedule = make_schedule(name, (1,) * p, m, num_batches=batches, chunks_per_device=v)
     costs = [ChunkCost(TF / v, TB / v, 1.0, 1.0, 0.0, 0.0) for _ in range(schedule.num_chunks)]
     return simulate(schedule, costs, [Device() for _ in schedule.workers], Network())
@@ -140,8 +140,8 @@ def _listed(values: list[int]) -> str:
 
 
 def oracle_rows(quick: bool) -> list[ClaimRow]:
-    """Claim 1: iteration times and Table 7.1's versions and stashes in simulation (seed 001 §2.2.1,
-    §3.2, §4.2.2, Table 7.1; oracles from notes §2)."""
+    """Claim 1: iteration times and Table 7.1's versions and stashes in simulation ([Narayanan] §2.2.1,
+    §3.2, §4.2.2, Table 7.1)."""
     rows: list[ClaimRow] = []
     flush_cases = [(4, 8), (8, 16)] if quick else [(4, 8), (8, 16), (3, 5), (1, 4), (6, 24)]
     for name, label in (("gpipe", "GPipe"), ("flush", "PipeDream-Flush")):
@@ -246,7 +246,7 @@ def oracle_rows(quick: bool) -> list[ClaimRow]:
                 f"oracle-interleaved-stash-v{v}",
                 f"Interleaved v={v}, p=4: device 0's peak stashes in stage equivalents ('comparable "
                 "memory' to 1F1B's p)",
-                "§4.2.2; notes §2 [derived]",
+                "§4.2.2",
                 f"p+(p-1)/v = {stage_equivalents:g}",
                 out.peak_stashes[0] / v,
                 _exact(stage_equivalents),
@@ -261,7 +261,7 @@ def oracle_rows(quick: bool) -> list[ClaimRow]:
 
 def brute_force_rows(quick: bool, seed: int = SEED) -> list[ClaimRow]:
     """Claim 2: the DP's optimum equals exhaustive search on random flat instances, for every
-    communication convention, straight or not (seed 004 §3.1; seed 001 §2.4.1)."""
+    communication convention, straight or not ([PipeDream-arXiv] §3.1; [Narayanan] §2.4.1)."""
     rng = np.random.default_rng(seed)
     conventions: tuple[Convention, ...] = ("dissertation", "arxiv", "code")
     per_convention = 15 if quick else 150
@@ -287,14 +287,14 @@ def brute_force_rows(quick: bool, seed: int = SEED) -> list[ClaimRow]:
                 f"planner-brute-force-{convention}",
                 f"Partitioning DP = exhaustive search, {per_convention} random instances (<= 5 layers, "
                 f"<= 4 devices, seed {seed}), {convention} convention (ours = largest relative gap)",
-                "seed 004 §3.1; §2.4.1",
+                "[PipeDream-arXiv] §3.1; §2.4.1",
                 "optimal",
                 worst,
                 (0.0, EXACT),
                 "{:.1e}",
                 why=(
                     "the partitioning DP must find the optimum that exhaustive search finds; a gap means the "
-                    "DP's recurrence or its communication term departs from seed 004 §3.1"
+                    "DP's recurrence or its communication term departs from [PipeDream-arXiv] §3.1"
                 ),
             )
         )
@@ -310,7 +310,7 @@ def _plan_config(model: str, levels: list[Level], convention: Convention) -> tup
 
 
 def choice_rows() -> list[ClaimRow]:
-    """Claim 3: the planner's choices vs the published ones (seed 001 §2.5.2: VGG-16 15-1, ResNet-50
+    """Claim 3: the planner's choices vs the published ones ([Narayanan] §2.5.2: VGG-16 15-1, ResNet-50
     data parallel, GNMT straight). Rows we do not reproduce are reported with the reason."""
     straight4 = "1-1-1-1"
     cases: list[tuple[str, str, str, list[Level], Convention, str, str | None]] = [
@@ -349,7 +349,7 @@ def choice_rows() -> list[ClaimRow]:
             ClaimRow(
                 f"choice-{cid}",
                 text + " (ours: 1 = same as published)",
-                "§2.5.2" if convention != "arxiv" else "§2.5.2; flat DP of seed 004 §3.1",
+                "§2.5.2" if convention != "arxiv" else "§2.5.2; flat DP of [PipeDream-arXiv] §3.1",
                 published if published != "16" else "16 (DP)",
                 1.0 if same else 0.0,
                 None if reason else (1.0, 1.0),
@@ -363,7 +363,8 @@ def choice_rows() -> list[ClaimRow]:
 
 
 def ptdp_rows() -> list[ClaimRow]:
-    """Claim 4: PTD-P's analytical model against Tables 4.1 and 4.2 and §4.3's takeaways (seed 001 ch. 4)."""
+    """Claim 4: PTD-P's analytical model against Tables 4.1 and 4.2 and §4.3's takeaways ([Narayanan]
+    ch. 4)."""
     rows = []
     for billions, hidden, layers in TABLE_4_1:
         rows.append(

@@ -1,4 +1,4 @@
-"""Reproduce Proteus (Harlap et al., EuroSys'17; seed 003) in simulation, as claim rows.
+"""Reproduce Proteus (Harlap et al., EuroSys'17; [Proteus]) in simulation, as claim rows.
 
 Two groups of claims:
 

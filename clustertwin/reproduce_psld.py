@@ -1,4 +1,4 @@
-"""``reproduce psld``: PSLD's claims (seed 002) in simulation, as claim rows (``claim_results``).
+"""``reproduce psld``: PSLD's claims ([PSLD]) in simulation, as claim rows (``claim_results``).
 
 Runs scenarios under ``scenarios/psld/`` (seed-averaged throughput; each finished run's metrics go to
 ``<out>/runs/<key>.json`` at once, so a rerun reuses them) and computes the default-assignment tables

@@ -1,6 +1,6 @@
 """FlexRR for real on GPUs with one slow worker, against a simulation calibrated by a profiling run.
 
-Issue 4, must-show 3 (seed 000 §3.4: time per iteration is the paper's speed metric; Ideal is §3.4.1's
+Issue 4, must-show 3 ([Harlap] §3.4: time per iteration is the paper's speed metric; Ideal is §3.4.1's
 bound). From the repository root:
 
     python -m experiments.flexrr_gpu run --out DIR [--gpus N] [--quick] [--device cuda|cpu]

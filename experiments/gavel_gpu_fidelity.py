@@ -1,4 +1,4 @@
-"""Simulator fidelity for Gavel on a GPU machine (issue: Gavel for real; cf. seed 001 Table 5.3).
+"""Simulator fidelity for Gavel on a GPU machine (issue: Gavel for real; cf. [Narayanan] Table 5.3).
 
     python3 experiments/gavel_gpu_fidelity.py run --work DIR --policies las [ftf] [--target-s 1000]
         [--isolated-profile] [--repeats N]

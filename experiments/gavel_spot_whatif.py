@@ -1,7 +1,7 @@
 """What-if: Gavel's cost policies on on-demand, spot and mixed fleets over the real 2020 AWS spot prices.
 
-Seed 001 §6.4 defines Gavel's cost policies (min_cost: max Σ T/c·X, Gavel's LP surrogate) and §6.2–6.3
-argue that spot instances cut cost 2.7–8× with rare, warned preemptions; seed 003 §2–§3 gives the market
+[Narayanan] §6.4 defines Gavel's cost policies (min_cost: max Σ T/c·X, Gavel's LP surrogate) and §6.2–6.3
+argue that spot instances cut cost 2.7–8× with rare, warned preemptions; [Proteus] §2–§3 gives the market
 rules (evicted when the price exceeds the bid, 2-minute warning) and billing schemes. Neither paper runs
 Gavel's policies on a fleet that is actually evicted and billed; this script does, in simulation.
 

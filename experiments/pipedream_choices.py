@@ -1,5 +1,5 @@
 """The planner's choices on the shipped profiles under the dissertation's clusters, next to the
-published ones (seed 001 §2.5.2: VGG-16 15-1, ResNet-50 data parallel, GNMT straight), with the
+published ones ([Narayanan] §2.5.2: VGG-16 15-1, ResNet-50 data parallel, GNMT straight), with the
 predicted time per input and the 1F1B simulation of the same plan.
 
 Run: ``python -m experiments.pipedream_choices`` (from the repository root; ~10 s).
@@ -48,7 +48,7 @@ def simulated_time_per_input(profile, plan, per_server: int, network: Network) -
 
 
 def gpipe_vs_1f1b() -> None:
-    """Seed 001 §2.5.4: GPipe (with recomputation, NOAM = 16 microbatches per flush) vs PipeDream's
+    """[Narayanan] §2.5.4: GPipe (with recomputation, NOAM = 16 microbatches per flush) vs PipeDream's
     1F1B on the same straight 16-stage GNMT-16 pipeline; the paper reports 55% (A) / 71% (B) lower
     throughput for GPipe."""
     from clustertwin.analysis.pipedream_metrics import pipedream_metrics

@@ -8,7 +8,7 @@
 
 1. **Profile** the GPT workload (``runtime/pipedream/gpt.py``) layer by layer on one device with
    ``runtime.pipedream.profiler.profile_layers``: forward/backward time, output, held (saved for the
-   backward) and transient bytes, SGD-update time per layer (seed 001 §2.4.1's profiler, plus what the
+   backward) and transient bytes, SGD-update time per layer ([Narayanan] §2.4.1's profiler, plus what the
    memory model of §3.3.3 needs). Times are CUDA-event intervals (on CPU the host clock) over
    back-to-back iterations, as the pipeline runs them (``time_back_to_back``). As a cross-check
    (reported, not used), every chunk of the runs' cuts is also timed whole (``profile_chunks``) next

@@ -1,5 +1,5 @@
 """Fig. 14 for real: does PSLD's speedup over MXNet's default grow with the number of 1 Gbit/s PSs?
-(issue 5, must-show 1's Figs. 12–14 claim, tested on the real runtime; seed 002 §6.2, Fig. 14;
+(issue 5, must-show 1's Figs. 12–14 claim, tested on the real runtime; [PSLD] §6.2, Fig. 14;
 docs/algorithms/psld.md, "Fidelity").
 
     python -m experiments.psld_stragglers_gpu run --out DIR [--device cuda|cpu] [--tiny] [--k 1 2 4]
@@ -59,7 +59,7 @@ from experiments.psld_gpu import (  # noqa: E402
     seed_spread,
 )
 
-FAST_GBPS, SLOW_GBPS = 10.0, 1.0  # seed 002 §6.1: links capped at 10 Gbps, a straggler at 1 Gbps
+FAST_GBPS, SLOW_GBPS = 10.0, 1.0  # [PSLD] §6.1: links capped at 10 Gbps, a straggler at 1 Gbps
 POLICIES = ("mxnet", "psld")
 SEEDS = 4  # PSLD simulations with the measured timing noise, per k
 # (profiling duration_s, run duration_s, warmup_s, overrides, k values) per size. A full run's warm-up

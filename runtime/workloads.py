@@ -1,4 +1,4 @@
-"""Small real training jobs from Gavel's job families (seed 001 Table 5.2), runnable on CPU and GPU.
+"""Small real training jobs from Gavel's job families ([Narayanan] Table 5.2), runnable on CPU and GPU.
 
 Gavel's traces name ResNet, LSTM/Transformer language models, a recommendation autoencoder, A3C and
 CycleGAN. The runtime trains a small member of each family instead: an image classifier (a ResNet-18-like

@@ -1,4 +1,4 @@
-"""The FlexRR scenario (seed 000, ch. 3): cluster, consistency mode, straggler model, RR parameters.
+"""The FlexRR scenario ([Harlap], ch. 3): cluster, consistency mode, straggler model, RR parameters.
 
 Loaded by ``scenarios.load.load_scenario`` like every scenario kind.
 """

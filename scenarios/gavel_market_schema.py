@@ -1,9 +1,9 @@
 """The optional ``market:`` section of a Gavel scenario: a cloud fleet of on-demand and spot instances.
 
-Gavel's cost policies (seed 001 §6.4) plan with $/GPU-hour prices; chapter 6 notes that spot prices
+Gavel's cost policies ([Narayanan] §6.4) plan with $/GPU-hour prices; chapter 6 notes that spot prices
 float with demand (AWS: capped at on demand, 2-minute warning) and that a price change should trigger a
 recompute. This section replays a real price trace under that model, with the market machinery of the
-Proteus work (seed 003 §2–§3: bids, eviction when the price exceeds the bid, a warning, billing schemes).
+Proteus work ([Proteus] §2–§3: bids, eviction when the price exceeds the bid, a warning, billing schemes).
 
 Checks that need the trace or the on-demand table (an instance type without prices, a start outside the
 trace) are made when the run is built (``sim.gavel.market.build_market``) and name the field too.

@@ -173,7 +173,7 @@ class Policy(_Strict):
 
 
 class Mechanism(_Strict):
-    """Gavel's round-based mechanism (seed 001, §5.3.2)."""
+    """Gavel's round-based mechanism ([Narayanan], §5.3.2)."""
 
     round_s: PositiveFloat = 360.0
     ideal: bool = False  # hand out exact time fractions instead of whole rounds
@@ -234,7 +234,7 @@ class Scenario(ScenarioBase):
     policy: Policy
     mechanism: Mechanism = Mechanism()
     real: Real | None = None
-    # A cloud fleet replaying a spot-price trace (seed 001 §6, seed 003); null: a fixed cluster.
+    # A cloud fleet replaying a spot-price trace ([Narayanan] §6, [Proteus]); null: a fixed cluster.
     market: GavelMarket | None = None
 
     @model_validator(mode="after")

@@ -49,7 +49,7 @@ class PipeDreamModel(_Strict):
 
 
 class PipeDreamCluster(_Strict):
-    """Identical servers of ``devices_per_server`` devices; two link classes (seed 001 Fig 2.6)."""
+    """Identical servers of ``devices_per_server`` devices; two link classes ([Narayanan] Fig 2.6)."""
 
     servers: PositiveInt = 2
     devices_per_server: PositiveInt = 4
@@ -85,8 +85,8 @@ class PipeDreamStage(_Strict):
 class PipeDreamPlanner(_Strict):
     """How stages are chosen: ``mode`` names a registered planner (``policies.pipedream.planners``).
 
-    ``hierarchical``: the DP of seed 001 §2.4.1 over (devices per server, servers); ``flat``: one level
-    of every device at the inter-server bandwidth (seed 004); ``straight``: no replicated stages, one
+    ``hierarchical``: the DP of [Narayanan] §2.4.1 over (devices per server, servers); ``flat``: one level
+    of every device at the inter-server bandwidth ([PipeDream-arXiv]); ``straight``: no replicated stages, one
     stage per device; ``brute_force``: exhaustive search of flat plans (tiny models); ``manual``:
     ``stages`` as given. Schedules that do not replicate stages (all but ``1f1b``) run straight
     pipelines only, which every planner honours.

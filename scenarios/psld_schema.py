@@ -1,8 +1,8 @@
-"""The PSLD scenario (seed 002): a synchronous PS job, its placement policy, PS stragglers and costs.
+"""The PSLD scenario ([PSLD]): a synchronous PS job, its placement policy, PS stragglers and costs.
 
 Loaded by ``scenarios.load.load_scenario`` like every scenario kind. Defaults follow the paper's
-Cluster-A (§6.1: 10 Gbps links, 4-core PS containers, 1:1 workers:PSs, BytePS) and the PSLD defaults
-(notes §2.7); the per-message and CPU costs and the reassignment-time model are ours (notes §7.1, 3-4, 8).
+Cluster-A (§6.1: 10 Gbps links, 4-core PS containers, 1:1 workers:PSs, BytePS) and the PSLD defaults; the
+per-message and CPU costs and the reassignment-time model are ours.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "resnet101")  # traces.psl
 
 
 class PSLDCluster(_Strict):
-    """Workers (one GPU each) and PSs; ``standby`` PSs are pre-launched for scale-out (notes §7.2)."""
+    """Workers (one GPU each) and PSs; ``standby`` PSs are pre-launched for scale-out."""
 
     workers: PositiveInt = 8
     servers: PositiveInt = 8
@@ -39,7 +39,7 @@ class PSLDCluster(_Strict):
 
 
 class PSCosts(_Strict):
-    """Costs the paper does not give (ours, notes §7.1 items 3, 4 and 8)."""
+    """Costs the paper does not give (ours)."""
 
     message_latency_s: NonNegativeFloat = 100e-6  # one-way, per block message
     message_cpu_s: NonNegativeFloat = 50e-6  # PS CPU per received message (RPC, dispatch, ACK)
@@ -66,7 +66,7 @@ class PSLDReal(_Strict):
 
 
 class PSLDParams(_Strict):
-    """PSLD's knobs (paper defaults, notes §2.7) and ours (report period, history, cooldown, gain)."""
+    """PSLD's knobs (paper defaults) and ours (report period, history, cooldown, gain)."""
 
     epsilon: float = Field(0.1, ge=0.0, le=1.0)
     theta_ratio: NonNegativeFloat = 1.0
@@ -102,7 +102,7 @@ class Straggler(_Strict):
 
 
 class Regimes(_Strict):
-    """Markov-modulated PS capacity ("real-world" pattern, notes §7.1 item 6): each listed PS (all when
+    """Markov-modulated PS capacity ("real-world" pattern): each listed PS (all when
     empty) stays in a level for an exponential time of mean ``mean_dwell_s``, then jumps to a level drawn
     uniformly from ``levels`` (Gbit/s for bandwidth, cores for cpu)."""
 

@@ -1,6 +1,6 @@
 """The ``real:`` section of a ``kind: spot`` scenario: AgileML (or checkpoint/restart) on real processes.
 
-Proteus's runtime half (seed 003 §1, notes §1.6): R reliable and T transient training processes on this
+Proteus's runtime half ([Proteus] §1): R reliable and T transient training processes on this
 host, an MLR job (the paper's MLR app, on synthetic data), and an eviction schedule — an explicit list
 (at ``at_s`` kill these transient processes, warning ``warning_s`` before) or a replayed spot-price trace
 (a transient process is evicted when the price rises above its bid), time-compressed by
@@ -29,7 +29,7 @@ class Processes(_Strict):
 
 
 class MLRJob(_Strict):
-    """Multinomial logistic regression on synthetic data (seed 003 §3: the MLR app, here tiny).
+    """Multinomial logistic regression on synthetic data ([Proteus] §3: the MLR app, here tiny).
 
     One clock = one SGD step on a global batch of ``batch`` examples split over the live workers
     (strong scaling with a constant global batch, as AgileML keeps it: dissertation ch. 4).
@@ -69,7 +69,7 @@ class TraceReplay(_Strict):
 
 
 class AgileMLRuntime(_Strict):
-    """The real run's AgileML timing (seed 003 §1.2–1.6; notes §0); its stage thresholds are the
+    """The real run's AgileML timing ([Proteus] §1.2–1.6); its stage thresholds are the
     scenario's ``agileml.stage2_above`` / ``stage3_above``."""
 
     poll_s: PositiveFloat = 0.1  # the elasticity controller's warning poll (paper: 5 s, compressed)
@@ -78,7 +78,7 @@ class AgileMLRuntime(_Strict):
 
 
 class CheckpointRuntime(_Strict):
-    """Checkpoint/restart baseline (seed 003 §6.3): every ``interval_s`` real seconds."""
+    """Checkpoint/restart baseline ([Proteus] §6.3): every ``interval_s`` real seconds."""
 
     interval_s: PositiveFloat = 6.0
 

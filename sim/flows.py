@@ -1,4 +1,4 @@
-"""Max-min fair bandwidth sharing of flows over links, for every simulator (DESIGN.md: flows, not packets).
+"""Max-min fair bandwidth sharing of flows over links, for every simulator (flows, not packets).
 
 A flow crosses a fixed set of links (a NIC's egress, another NIC's ingress); rates are recomputed only when
 a flow starts or ends. The rates are the max-min fair ones, found by progressive filling (water filling):

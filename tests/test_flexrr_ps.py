@@ -1,4 +1,4 @@
-"""The sharded parameter server of the FlexRR simulator (seed 000, §3.2; ``sim/flexrr/ps.py``).
+"""The sharded parameter server of the FlexRR simulator ([Harlap], §3.2; ``sim/flexrr/ps.py``).
 
 * ``ps.model_bytes: 0`` leaves every run exactly as it was (the section absent);
 * the SSP bound holds against the shards with the traffic on: no worker starts iteration t before every

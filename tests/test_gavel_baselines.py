@@ -1,4 +1,4 @@
-"""Baselines of seed 001 §5.7: the isolated 1/n split, Gandiva-style packing and AlloX."""
+"""Baselines of [Narayanan] §5.7: the isolated 1/n split, Gandiva-style packing and AlloX."""
 
 from __future__ import annotations
 

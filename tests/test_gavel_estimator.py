@@ -1,4 +1,4 @@
-"""Gavel's colocation throughput estimator: PMF completion + cosine nearest reference (seed 001 §5.3.3)."""
+"""Gavel's colocation throughput estimator: PMF completion + cosine nearest reference ([Narayanan] §5.3.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Water filling, hierarchical policies and Pareto-efficient LAS (seed 001, §5.4.3, §5.4.4)."""
+"""Water filling, hierarchical policies and Pareto-efficient LAS ([Narayanan], §5.4.3, §5.4.4)."""
 
 from __future__ import annotations
 

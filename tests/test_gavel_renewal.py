@@ -1,4 +1,4 @@
-"""Lease renewal is the scheduler's decision (seed 001 §5.5): the round plan's renewed set is what the
+"""Lease renewal is the scheduler's decision ([Narayanan] §5.5): the round plan's renewed set is what the
 simulator and the real runtime both execute, a lost process is never renewed, and a job on a cloud fleet
 must fit the fleet at full size, not the workers up when it arrives."""
 

@@ -1,4 +1,4 @@
-"""Gavel on a spot fleet (scenario ``market:`` section, ``sim/gavel_market.py``; seed 001 §6, seed 003).
+"""Gavel on a spot fleet (scenario ``market:`` section, ``sim/gavel_market.py``; [Narayanan] §6, [Proteus]).
 
 Billing properties over random price paths and bids; an eviction preempts its job and loses exactly
 the progress since the round's start; an all-on-demand fleet is the plain simulation; bad market input

@@ -1,7 +1,7 @@
 """The CUDA/NCCL executor's code path, run with gloo on CPU on the tiny GPT (float64): every schedule of
 the GPU benchmark finishes without deadlock on fixed-shape channels received in the sender's order,
 ends with the same weights as the single-process runtime on the same op lists, and the synchronous
-schedules equal plain gradient accumulation on the unsplit model (seed 001 Table 7.1)."""
+schedules equal plain gradient accumulation on the unsplit model ([Narayanan] Table 7.1)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Numerics of the real runtime (CPU, float64): each schedule's updates equal an independent reference
-of its update rule (seed 001 Table 7.1)."""
+of its update rule ([Narayanan] Table 7.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The partitioning DP (seed 001 §2.4.1) against brute force, and its choices on the shipped profiles."""
+"""The partitioning DP ([Narayanan] §2.4.1) against brute force, and its choices on the shipped profiles."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_noam_and_config_string():
     assert plan.config == "-".join(str(s.replicas) for s in plan.stages)
 
 
-# Per-GPU batch sizes of seed 001 §2.5.1 (VGG-16 64, ResNet-50 128, GNMT 64).
+# Per-GPU batch sizes of [Narayanan] §2.5.1 (VGG-16 64, ResNet-50 128, GNMT 64).
 def args(model: str, batch: int):
     profile = bundled_profile(model).scaled(batch).coarsened(64)
     return profile.compute_s(), [lay.parameter_bytes for lay in profile.layers], list(profile.cut_bytes)

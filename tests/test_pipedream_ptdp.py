@@ -1,4 +1,4 @@
-"""PTD-P formulas against the dissertation's published numbers (seed 001 ch. 4; Table 4.1 is the SC'21
+"""PTD-P formulas against the dissertation's published numbers ([Narayanan] ch. 4; Table 4.1 is the SC'21
 paper's Table 1, absent from the seed text as it was an image) and its takeaways."""
 
 from __future__ import annotations

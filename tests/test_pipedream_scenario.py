@@ -67,7 +67,7 @@ def test_sync_schedules_run_straight_pipelines(schedule):
 
 
 def test_gpipe_runs_out_of_memory_where_flush_fits():
-    # GPipe stashes all m microbatches; Flush at most p − s (seed 001 §3.4: GPipe OOMs first).
+    # GPipe stashes all m microbatches; Flush at most p − s ([Narayanan] §3.4: GPipe OOMs first).
     base = {"model.profile": "vgg16", "microbatch_size": 32, "microbatches": 32, "cluster.memory_gib": 20.0}
     run(scenario(schedule="flush", **base))
     # The scenario runner reports it as bad input (the CLI exits 2); the executor's own error is kept.

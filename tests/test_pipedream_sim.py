@@ -1,4 +1,4 @@
-"""Simulation oracles for the schedules (zero communication, t_f = 1, t_b = 2; seed 001 ch. 3-4) and a
+"""Simulation oracles for the schedules (zero communication, t_f = 1, t_b = 2; [Narayanan] ch. 3-4) and a
 property test that every schedule respects its dependencies when executed."""
 
 from __future__ import annotations

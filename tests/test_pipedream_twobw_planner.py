@@ -1,4 +1,4 @@
-"""PipeDream-2BW's planner (seed 001 Algorithm 1): it returns the best feasible configuration of its
+"""PipeDream-2BW's planner ([Narayanan] Algorithm 1): it returns the best feasible configuration of its
 own cost model, respects memory, and follows the chapter's qualitative takeaways."""
 
 from __future__ import annotations

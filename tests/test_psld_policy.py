@@ -1,4 +1,4 @@
-"""Unit tests of the PSLD policies (seed 002): regression, superior set, placement, trigger, scaling."""
+"""Unit tests of the PSLD policies ([PSLD]): regression, superior set, placement, trigger, scaling."""
 
 from __future__ import annotations
 

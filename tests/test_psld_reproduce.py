@@ -1,4 +1,4 @@
-"""How ``reproduce psld`` measures its claims (seed 002), and which of them gate its exit status."""
+"""How ``reproduce psld`` measures its claims ([PSLD]), and which of them gate its exit status."""
 
 from __future__ import annotations
 

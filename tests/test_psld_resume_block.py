@@ -1,4 +1,4 @@
-"""Workers stay blocked through a re-sharding's migration (seed 002 §5: prepare, block, migrate, resume).
+"""Workers stay blocked through a re-sharding's migration ([PSLD] §5: prepare, block, migrate, resume).
 
 Two PSs, two workers, vanilla mode: every block starts on PS 1, whose emulated NIC is capped at 8 MB/s,
 and a fixed plan moves them all to the unthrottled PS 0 at k* = 2, so PS 1 sends 4 MiB of parameters and

@@ -1,4 +1,4 @@
-"""PSLD simulation (seed 002): table contract, determinism, physics, policies and input errors."""
+"""PSLD simulation ([PSLD]): table contract, determinism, physics, policies and input errors."""
 
 from __future__ import annotations
 

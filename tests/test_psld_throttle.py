@@ -1,4 +1,4 @@
-"""A throttled PS behaves like a capped full-duplex NIC (seed 002 §6.1 caps links with ``tc``).
+"""A throttled PS behaves like a capped full-duplex NIC ([PSLD] §6.1 caps links with ``tc``).
 
 One PS, 2 workers, 8 blocks of 64 KiB, the PS capped at 5 MB/s each way: per iteration 1 MiB comes in
 and 1 MiB goes out. A NIC carries both directions at once, so an iteration takes about the ingress time

@@ -34,7 +34,9 @@ def test_quick_reproduction_holds_and_saves_every_claim(tmp_path: Path, capsys) 
     printed = capsys.readouterr().out
     assert "pipedream claims" in printed
     assert printed.strip().splitlines()[-1] == f"{len(checked)} of {len(checked)} gated claims hold"
-    assert "[seed 004 §3.1; §2.4.1]" in printed  # sources in brackets are printed, not eaten as markup
+    assert (
+        "[[PipeDream-arXiv] §3.1; §2.4.1]" in printed
+    )  # sources in brackets are printed, not eaten as markup
 
 
 def test_a_broken_schedule_fails_its_claims_and_the_exit_status(

@@ -1,4 +1,4 @@
-"""AgileML's real runtime (``runtime/spot``; seed 003 §1.6, §6.3): real processes, real SIGKILLs.
+"""AgileML's real runtime (``runtime/spot``; [Proteus] §1.6, §6.3): real processes, real SIGKILLs.
 
 One small AgileML run (1 reliable + 3 transient processes, stage 2) has both eviction paths: an
 ActivePS killed with no warning (an effective failure: roll back to the BackupPSs' last consistent

@@ -7,7 +7,7 @@ minibatch of the profiling batch size; sizes are bytes; ``A`` may be a list ``[a
 several outputs (LSTMs). The input nodes' forward time is data loading, which PipeDream's optimizer
 zeroes, and so do we.
 
-The partitioner of seed 001 §2.4.1 works on a *chain* of layers. A branching graph (ResNet, GNMT) is
+The partitioner of [Narayanan] §2.4.1 works on a *chain* of layers. A branching graph (ResNet, GNMT) is
 linearised by a deterministic topological order; the activation bytes that cross the cut after position
 ``i`` are the outputs of every node at or before ``i`` that feeds a node after ``i`` (for a chain, just
 ``a_i``). That is the traffic a stage boundary there would really carry, so the DP's ``2 a_s / B`` term

@@ -4,7 +4,7 @@ Built from the bundled PipeDream profiles (``traces/data/pipedream``, see its PR
 profiled layer with parameters is split into the learnable tensors a framework would create for it
 (Conv2d/Linear: weight, plus a bias unless ``bias=False``; BatchNorm2d: gamma and beta), in the
 profile's topological order. Sizes are fp32 bytes. ResNet-101 comes out at 44.5 M parameters, the paper's
-number (seed 002, §2.2); VGG-16's fc6 weight is 25088 x 4096 x 4 B = 411 MB (">400 MB", Fig. 2).
+number ([PSLD], §2.2); VGG-16's fc6 weight is 25088 x 4096 x 4 B = 411 MB (">400 MB", Fig. 2).
 
 Compute times are the profile's forward/backward milliseconds scaled linearly to the per-GPU batch size
 (the paper's 32 / 32 / 64 for AlexNet / ResNet-50 / VGG-16, §6.1) and by ``compute_scale`` (the

@@ -1,4 +1,4 @@
-"""AgileML (Proteus, Harlap et al., EuroSys'17; seed 003 §3): tiered-reliability elastic parameter server.
+"""AgileML (Proteus, Harlap et al., EuroSys'17; [Proteus] §3): tiered-reliability elastic parameter server.
 
 * :mod:`policies.agileml.stages` — stage 1/2/3 by the transient:reliable ratio.
 * :mod:`policies.agileml.partitions` — N fixed partitions, ActivePS placement, migration plans.

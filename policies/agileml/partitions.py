@@ -1,4 +1,4 @@
-"""AgileML partitions, ActivePS placement and migration plans (Proteus §3.3; seed 003).
+"""AgileML partitions, ActivePS placement and migration plans (Proteus §3.3; [Proteus]).
 
 State is split at start-up into N fixed partitions, N = ½ × the most machines the job could ever use.
 Every partition always has a BackupPS/ParamServ owner on a reliable machine; in stages 2 and 3 it also

@@ -1,4 +1,4 @@
-"""What AgileML does when transient machines go (Proteus §3.3 "Removing machines"; seed 003).
+"""What AgileML does when transient machines go (Proteus §3.3 "Removing machines"; [Proteus]).
 
 An *eviction* comes with a warning (EC2: 2 min; GCE: 30 s). The elasticity controller polls for
 warnings every 5 s, so it learns of one up to a poll period late. Each doomed ActivePS must then push

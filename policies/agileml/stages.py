@@ -1,4 +1,4 @@
-"""AgileML's stage choice (Proteus §3.2–3.3; seed 003): by the transient:reliable ratio r = T / R.
+"""AgileML's stage choice (Proteus §3.2–3.3; [Proteus]): by the transient:reliable ratio r = T / R.
 
 * stage 1 (r ≤ 1): ParamServs only on reliable machines, workers everywhere;
 * stage 2 (1 < r ≤ 15): ActivePSs on transient machines, BackupPSs on reliable ones, workers everywhere;

@@ -1,4 +1,4 @@
-"""BidBrain (Proteus, Harlap et al., EuroSys'17; seed 003 §4): spot acquisition by expected cost per work.
+"""BidBrain (Proteus, Harlap et al., EuroSys'17; [Proteus] §4): spot acquisition by expected cost per work.
 
 * :mod:`policies.bidbrain.history` — β / median time-to-eviction tables from a training window.
 * :mod:`policies.bidbrain.cost_model` — Eqs. 1–4: expected cost, expected work, cost per work.

@@ -1,4 +1,4 @@
-"""BidBrain's expected cost, expected work and cost per work (Proteus §4.1, Eqs. 1–4; seed 003).
+"""BidBrain's expected cost, expected work and cost per work (Proteus §4.1, Eqs. 1–4; [Proteus]).
 
 Notation (paper's Table 2): β_i eviction probability of allocation i within its billing hour; φ scaling
 efficiency; σ no-progress time after adding/removing resources; λ no-progress time after an eviction;

@@ -1,6 +1,6 @@
 """β and median time-to-eviction tables, estimated offline from a training window of a price trace.
 
-Proteus §4.2 (Harlap et al., EuroSys'17; seed 003): for each market and each bid delta δ on a grid,
+Proteus §4.2 (Harlap et al., EuroSys'17; [Proteus]): for each market and each bid delta δ on a grid,
 replay the training trace from many start times t0, bid ``P(t0) + δ`` and record whether the price
 rises above the bid within the billing hour (→ β, the eviction probability) and when (→ the median
 time-to-eviction, used to shorten ω_i in Eq. 2). The paper does not give the grid resolution or the

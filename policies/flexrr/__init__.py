@@ -1,4 +1,4 @@
-"""FlexRR (seed 000, ch. 3): SSP plus RapidReassignment of work between peer workers.
+"""FlexRR ([Harlap], ch. 3): SSP plus RapidReassignment of work between peer workers.
 
 One idea per module: ``config`` (Table 3.1), ``groups`` (§3.3.1), ``messages`` (§3.3.3), ``progress``
 (Algorithm 1), ``consistency`` (BSP/SSP gating, §3.2.2), ``worker`` (the RapidReassignment state machine,

@@ -1,4 +1,4 @@
-"""RapidReassignment's tunables, with the paper's defaults (seed 000, Table 3.1 and §3.3.3)."""
+"""RapidReassignment's tunables, with the paper's defaults ([Harlap], Table 3.1 and §3.3.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BSP/SSP gating (seed 000, §3.2.2; Cui et al.'s SSP).
+"""BSP/SSP gating ([Harlap], §3.2.2; Cui et al.'s SSP).
 
 A worker at local iteration t may read (and so start computing) only once every worker's updates of
 iterations <= t - slack - 1 are in: with iterations numbered from 0, it may start iteration t when every

@@ -1,9 +1,9 @@
-"""Helper and helpee groups (seed 000, §3.3.1).
+"""Helper and helpee groups ([Harlap], §3.3.1).
 
 Each worker has a *helper group* (who may take its work) and a *helpee group* (whose work it may take).
 The paper asks for one helper on the same machine and the rest on other machines, but gives no formula
 (its 64-worker example is illustrative). We use a deterministic construction with equal in- and
-out-degree [interp, notes §1.2]: workers are placed round-robin (worker ``w`` on machine ``w mod M``), so
+out-degree [interp]: workers are placed round-robin (worker ``w`` on machine ``w mod M``), so
 ``w + M`` shares ``w``'s machine and ``w + 1 .. w + H - 1`` sit on H - 1 other machines. Helpee groups are
 the inverse relation, so every group has size H.
 """

@@ -1,4 +1,4 @@
-"""The RapidReassignment messages (seed 000, §3.3.3, Fig. 3.2) and the actions a worker asks for.
+"""The RapidReassignment messages ([Harlap], §3.3.3, Fig. 3.2) and the actions a worker asks for.
 
 The paper has five messages: progress-report, do-this, begun-helping, help-completed and cancel-help.
 We add ``CancelAck``: §3.3.3 closes the cancel race by having "the helpee only commit changes

@@ -1,4 +1,4 @@
-"""The systems a FlexRR scenario compares (``mode:``; seed 000 §3.4.1, "Systems Compared"): registry
+"""The systems a FlexRR scenario compares (``mode:``; [Harlap] §3.4.1, "Systems Compared"): registry
 ``MODES``.
 
 A mode is two settings both executors ask for: the consistency bound (the slack of §3.2.2's SSP gate; 0 is

@@ -1,4 +1,4 @@
-"""Straggler detection: Algorithm 1 of seed 000 (§3.3.3) and the iteration-time average it uses."""
+"""Straggler detection: Algorithm 1 of [Harlap] (§3.3.3) and the iteration-time average it uses."""
 
 from __future__ import annotations
 

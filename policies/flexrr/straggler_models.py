@@ -1,4 +1,4 @@
-"""The straggler patterns a FlexRR scenario names (``stragglers.model``; seed 000 §3.4.1): registry
+"""The straggler patterns a FlexRR scenario names (``stragglers.model``; [Harlap] §3.4.1): registry
 ``STRAGGLERS``.
 
 A model turns the scenario's straggler knobs into one speed profile per worker (``stragglers``) and says how

@@ -1,4 +1,4 @@
-"""Straggler models of seed 000 §3.4.1 as pure, seeded speed profiles, shared by simulator and runtime.
+"""Straggler models of [Harlap] §3.4.1 as pure, seeded speed profiles, shared by simulator and runtime.
 
 A profile answers two questions for one worker, in closed form: how long does ``work`` take when
 started at time ``t0`` with ``w0`` work already done by this worker (``elapsed``), and how much work gets
@@ -131,7 +131,7 @@ def slow_worker(
     """Slow Worker pattern (§3.4.1): at each of 10 delay points per iteration the worker becomes slowed
     with probability 1%, for U(0, 2) iterations, running (1 + delay)x slower.
 
-    [interp, notes §1.6] The delay points sit at fixed positions of the worker's own processing and a
+    [interp] The delay points sit at fixed positions of the worker's own processing and a
     period is measured in undelayed work, so a slowed worker that idles stays slowed; overlapping periods
     extend rather than stack. Only this reading makes BSP grow linearly with the delay, as Fig. 3.6 does.
     """
@@ -222,7 +222,7 @@ def disrupted_machine(
 
 def ideal_time(profiles: Sequence[SpeedProfile], total_work: float, tolerance: float = 1e-9) -> float:
     """Ideal (§3.4.1, "all work is at all times perfectly balanced with no overhead"): the earliest T at
-    which every worker, busy from time 0, has together done ``total_work`` [interp, notes §2]. No
+    which every worker, busy from time 0, has together done ``total_work`` [interp]. No
     schedule can finish earlier: a worker can never have done more work by T than when never idle."""
     if total_work <= 0:
         return 0.0

@@ -1,4 +1,4 @@
-"""RapidReassignment for one worker, as a transport-agnostic state machine (seed 000, §3.3).
+"""RapidReassignment for one worker, as a transport-agnostic state machine ([Harlap], §3.3).
 
 The executor (simulator or runtime) owns time and the processing of items. It tells the machine what
 happened and asks what to process next:
@@ -12,7 +12,7 @@ happened and asks what to process next:
 Each call returns the actions to carry out: messages to send, commits, iteration completions. The
 machine never reads a clock or touches a transport.
 
-Decisions the paper leaves open (notes §1.7), each marked [interp] below:
+Decisions the paper leaves open, each marked [interp] below:
 
 * progress counts the items given away: fraction = (own processed + reassigned) / own items;
 * "more help needed" (for a follow-up) and the initial assignment: an assignment is cut down so that the

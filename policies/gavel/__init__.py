@@ -1,4 +1,4 @@
-"""Gavel (seed 001, ch. 5–6): heterogeneity-aware allocation policies, the round mechanism, placement.
+"""Gavel ([Narayanan], ch. 5–6): heterogeneity-aware allocation policies, the round mechanism, placement.
 
 Importing the package registers every policy with ``policies.registry``.
 """

@@ -1,4 +1,4 @@
-"""AlloX: minimise average job completion time on heterogeneous workers (seed 001 §5.7, notes §2.8).
+"""AlloX: minimise average job completion time on heterogeneous workers ([Narayanan] §5.7).
 
 AlloX (EuroSys'20) schedules single-GPU jobs. Placing job i k-th from last on worker w delays k jobs
 (itself included) by its processing time, so the total completion time of a placement is

@@ -1,4 +1,4 @@
-"""Per-combination bookkeeping of Gavel's round mechanism, as aligned arrays (seed 001, §5.5).
+"""Per-combination bookkeeping of Gavel's round mechanism, as aligned arrays ([Narayanan], §5.5).
 
 A combination is one job or a pair sharing GPUs. For each the mechanism needs its allocation row X, the
 time it received on each type and the time elapsed since the last reset (its priority is their ratio), its

@@ -1,4 +1,4 @@
-"""Throughput and cost objectives for cloud deployments (seed 001 §6.4; notes §5 "Higher-level objectives").
+"""Throughput and cost objectives for cloud deployments ([Narayanan] §6.4).
 
 All four are LPs over the base constraints (5.1)–(5.3) (§6.4.1's per-type quotas are the N_j):
 

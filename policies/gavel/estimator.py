@@ -1,4 +1,4 @@
-"""Gavel's throughput estimator for colocated jobs (seed 001 §5.3.3, §5.6, Fig 5.8; evaluated in Fig 5.16).
+"""Gavel's throughput estimator for colocated jobs ([Narayanan] §5.3.3, §5.6, Fig 5.8; evaluated in Fig 5.16).
 
 Single-job throughputs need no estimator: they are measured as a job runs. What a new job's *pairings*
 will do is estimated Quasar-style. The reference matrix holds pre-profiled reference job types as rows;

@@ -1,4 +1,4 @@
-"""FIFO as Gavel's code runs it: a greedy whole-GPU placement in arrival order (seed 001 §5.4.2; notes §2.4).
+"""FIFO as Gavel's code runs it: a greedy whole-GPU placement in arrival order ([Narayanan] §5.4.2).
 
 The text writes FIFO as the LP max Σ_m τ_m(X)/τ_m(X^fastest)·(M − m); Gavel's code (and its reported
 numbers) use a greedy instead, which we follow. X is 0/1: each placed job gets one type for the whole

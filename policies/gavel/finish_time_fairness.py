@@ -1,4 +1,4 @@
-"""Finish-time fairness (Themis) as Gavel states it (seed 001 §5.4.2; notes §2.3).
+"""Finish-time fairness (Themis) as Gavel states it ([Narayanan] §5.4.2).
 
     ρ_m(X) = (t_m + s_m/τ_m(X)) / (t^iso_m + s_m/τ_m(X^iso)),        min_X max_m ρ_m(X)  s.t. (5.1)–(5.3)
 

@@ -1,4 +1,4 @@
-"""Gandiva-style ad-hoc packing, the space-sharing baseline of seed 001 §5.7 (notes §2.8).
+"""Gandiva-style ad-hoc packing, the space-sharing baseline of [Narayanan] §5.7.
 
 Gandiva packs jobs by trial and error rather than by modelling colocation: it pairs jobs at random, lets a
 pair run, and keeps it only if packing paid off. The semantics follow the Gavel artifact's baseline:

@@ -1,4 +1,4 @@
-"""The isolated baseline: every job gets a 1/n share of every worker type (seed 001, §5.4.4, §5.7).
+"""The isolated baseline: every job gets a 1/n share of every worker type ([Narayanan], §5.4.4, §5.7).
 
 ``X^iso[m, j] = N_j / (n·sf_m)``, so the n jobs together use exactly the cluster; a row summing above 1
 (fewer jobs than GPUs) is divided by its sum, so no job is promised more than all of its time. This is the

@@ -1,4 +1,4 @@
-"""LAS as weighted max-min fairness over normalised effective throughput (seed 001 §5.4.1; notes §2.1).
+"""LAS as weighted max-min fairness over normalised effective throughput ([Narayanan] §5.4.1).
 
 Heterogeneity-aware form (§5.4.1, the multi-GPU objective at the end of the section):
 

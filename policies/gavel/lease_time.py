@@ -1,4 +1,4 @@
-"""How long a real lease trains: the round less what starting it costs (seed 001 §5.5, Table 5.4).
+"""How long a real lease trains: the round less what starting it costs ([Narayanan] §5.5, Table 5.4).
 
 A lease that starts a process (loads a checkpoint, and later saves one) loses time a renewed lease does
 not. The time lost per worker type, for a fresh start and for a renewal, is learned from the leases that

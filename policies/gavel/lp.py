@@ -1,6 +1,6 @@
 """The allocation LP shared by Gavel's policies, built as sparse matrices and solved by HiGHS.
 
-Seed 001 §5.3.1: every policy optimises over the allocation matrix X subject to (5.1) 0 ≤ X ≤ 1,
+[Narayanan] §5.3.1: every policy optimises over the allocation matrix X subject to (5.1) 0 ≤ X ≤ 1,
 (5.2) Σ_j X[m,j] ≤ 1 and (5.3) Σ_m sf_m·X[m,j] ≤ N_j; with space sharing X gains one row per job pair,
 (5.2) sums over every row that contains the job, (5.3) counts a pair once with its shared scale factor,
 and job m's effective throughput τ_m(X) adds its share of each pair's throughput tuple.
@@ -336,7 +336,7 @@ def policy_throughputs(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The throughputs a policy optimises over: T itself, or the heterogeneity-agnostic view.
 
-    Agnostic (Gavel's baseline, notes §2.1): every positive entry of T becomes 1, so the LP sees only
+    Agnostic (Gavel's baseline): every positive entry of T becomes 1, so the LP sees only
     time shares; pair tuples become `space_sharing.relative_pair_throughputs`, which keeps
     colocation's benefit visible without revealing which type is faster. Pair throughputs are None
     unless the policy space-shares and ``inp`` has candidates.

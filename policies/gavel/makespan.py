@@ -1,4 +1,4 @@
-"""Minimum makespan (seed 001 §5.4.2 "Minimize Makespan"; notes §2.2), optionally under a budget (§6.4.3).
+"""Minimum makespan ([Narayanan] §5.4.2 "Minimize Makespan"), optionally under a budget (§6.4.3).
 
     min_X max_m s_m / τ_m(X)   s.t. (5.1)–(5.3)
 

@@ -1,4 +1,4 @@
-"""Gavel's round-based scheduling mechanism (seed 001, §5.5, Algorithm 2).
+"""Gavel's round-based scheduling mechanism ([Narayanan], §5.5, Algorithm 2).
 
 Each round every runnable *combination* (one job, or a pair sharing an accelerator) has a priority per
 worker type: the allocation it should get divided by the share it has received,

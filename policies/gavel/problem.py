@@ -1,4 +1,4 @@
-"""The values a Gavel allocation policy reads and returns (seed 001, §5.3.1).
+"""The values a Gavel allocation policy reads and returns ([Narayanan], §5.3.1).
 
 A policy sees the active jobs as rows and the accelerator types as columns. ``throughputs[m, j]`` is
 job m's throughput (steps/s of the whole job at its scale factor) on type j, 0 where the job cannot run

@@ -1,4 +1,4 @@
-"""Gavel's scheduler as a transport-agnostic state machine (seed 001, §5.3.2 and §5.5).
+"""Gavel's scheduler as a transport-agnostic state machine ([Narayanan], §5.3.2 and §5.5).
 
 The executor (the SimPy simulator or the wall-clock runtime) tells it what happened — a job arrived, a
 round ran for so long and made so many steps, a job finished — and asks it what to do: whether to
@@ -219,7 +219,7 @@ class GavelScheduler:
         """Whether a change of the cluster calls for a reset now: at once when workers came or went
         (``resized``: X was computed for GPUs that are gone, or leaves new ones idle), and after a price
         change (:meth:`set_prices`) once the rate limit allows, so that cost policies plan at the new
-        prices (seed 001 §6)."""
+        prices ([Narayanan] §6)."""
         if not self.jobs:
             return False
         if resized:

@@ -1,4 +1,4 @@
-"""Shortest job first as a greedy placement (seed 001 §5.4.2 "Shortest Job First"; notes §2.5).
+"""Shortest job first as a greedy placement ([Narayanan] §5.4.2 "Shortest Job First").
 
 The text's objective, min_X min_m s_m/τ_m(X), minimises a minimum of convex functions: the feasible
 set is convex but the objective is not, so it is no LP (and Gavel's code has no SJF policy). Taken

@@ -1,4 +1,4 @@
-"""Space sharing: how candidate job pairs enter the allocation LP (seed 001 §5.3.1 "Space Sharing").
+"""Space sharing: how candidate job pairs enter the allocation LP ([Narayanan] §5.3.1 "Space Sharing").
 
 X gains one row per candidate pair k = (a, b) whose throughput on type j is a tuple (T^a[k,j], T^b[k,j]).
 Job m's effective throughput sums its own row and every pair row in C_m (the pairs containing m):

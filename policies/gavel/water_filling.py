@@ -1,4 +1,4 @@
-"""Water filling: hierarchical policies and Pareto-efficient max-min fairness (seed 001, §5.4.3).
+"""Water filling: hierarchical policies and Pareto-efficient max-min fairness ([Narayanan], §5.4.3).
 
 Every job that currently holds weight rises at the same weighted rate until some of them saturate; those
 are frozen at the level they reached, their weight is handed on inside their entity, and the rest keep

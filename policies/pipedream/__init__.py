@@ -1,13 +1,13 @@
-"""PipeDream and its descendants (seed 004; seed 001 chapters 2-4), as pure decision code.
+"""PipeDream and its descendants ([PipeDream-arXiv]; [Narayanan] chapters 2-4), as pure decision code.
 
-- ``partition``: the hierarchical partitioning DP of seed 001 §2.4.1 (stages, replication, NOAM).
+- ``partition``: the hierarchical partitioning DP of [Narayanan] §2.4.1 (stages, replication, NOAM).
 - ``ops`` and the schedule generators (``gpipe``, ``one_f_one_b``, ``flush``, ``twobw``,
   ``interleaved``): per-worker op lists, executed unchanged by ``sim.pipedream`` and
   ``runtime.pipedream``; ``schedules`` is their registry.
 - ``planners``: the registry of stage planners (the DP's modes, manual stages, and ``brute_force``,
   the exhaustive search of ``brute_force`` that checks the DP).
-- ``twobw_planner``: the PipeDream-2BW planner (seed 001 §3.3, Algorithm 1).
-- ``ptdp``: PTD-P's analytical model (seed 001 ch. 4: FLOPs, parameters, bubbles, communication).
+- ``twobw_planner``: the PipeDream-2BW planner ([Narayanan] §3.3, Algorithm 1).
+- ``ptdp``: PTD-P's analytical model ([Narayanan] ch. 4: FLOPs, parameters, bubbles, communication).
 
 Importing the package registers every schedule and planner.
 """

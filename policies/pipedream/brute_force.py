@@ -1,6 +1,6 @@
-"""Exhaustive search over flat pipeline plans: the oracle the partitioning DP (seed 004 §3.1, seed 001
-§2.4.1) is checked against, in ``tests/test_pipedream_planner.py`` and ``clustertwin reproduce pipedream``,
-and the ``brute_force`` planner mode.
+"""Exhaustive search over flat pipeline plans: the oracle the partitioning DP ([PipeDream-arXiv] §3.1,
+[Narayanan] §2.4.1) is checked against, in ``tests/test_pipedream_planner.py`` and ``clustertwin reproduce
+pipedream``, and the ``brute_force`` planner mode.
 
 Every split of the layers into contiguous stages and every assignment of the devices to those stages is
 costed with ``pipeline_time``; only tiny instances are feasible (compositions grow exponentially).

@@ -1,4 +1,4 @@
-"""PipeDream-Flush (seed 001 §3.2.2): 1F1B within a minibatch, then a flush and one synchronous update.
+"""PipeDream-Flush ([Narayanan] §3.2.2): 1F1B within a minibatch, then a flush and one synchronous update.
 
 Stage ``s`` (0-indexed) of ``p`` first runs ``min(p-s-1, m)`` warm-up forwards (Megatron's count; the
 dissertation's figure shows the same shape), then alternates one forward and one backward, then drains.

@@ -1,4 +1,4 @@
-"""GPipe (seed 001 §2.2.1 and Table 7.1): all forwards, then all backwards, then one synchronous update.
+"""GPipe ([Narayanan] §2.2.1 and Table 7.1): all forwards, then all backwards, then one synchronous update.
 
 Bubble ``(p-1)/m`` of the ideal time; one weight version; ``m`` stashed activations per stage (GPipe
 recomputes, so only stage inputs are kept: the executor's ``recompute`` option). Backwards run in reverse

@@ -1,4 +1,4 @@
-"""The interleaved 1F1B schedule of PTD-P (seed 001 §4.2.2): each of ``p`` devices holds ``v`` model
+"""The interleaved 1F1B schedule of PTD-P ([Narayanan] §4.2.2): each of ``p`` devices holds ``v`` model
 chunks (device ``d`` holds chunks ``d, d+p, d+2p, …``), shrinking the bubble to ``(1/v)·(p-1)/m`` at
 ``v`` times the pipeline communication.
 

@@ -1,4 +1,5 @@
-"""PipeDream's asynchronous 1F1B(-RR) schedule with weight stashing (seed 001 §2.4.2-2.4.3; seed 004 §3.2).
+"""PipeDream's asynchronous 1F1B(-RR) schedule with weight stashing ([Narayanan] §2.4.2-2.4.3;
+[PipeDream-arXiv] §3.2).
 
 Every stage admits a number of inputs before its first backward, then alternates one backward and one
 forward; every backward is followed by a weight update (batch = microbatch, no accumulation). By

@@ -13,7 +13,7 @@ list in order, waiting only for the data an op needs:
   ``blocking`` says whether the worker waits for it (a flush) or goes on computing while the all-reduce
   runs (asynchronous schedules, whose next ``F`` waits only if it needs the new version).
 
-Microbatch ``k`` of chunk ``c`` runs on replica ``k mod replicas(c)`` (1F1B-RR, seed 001 §2.4.2), so
+Microbatch ``k`` of chunk ``c`` runs on replica ``k mod replicas(c)`` (1F1B-RR, [Narayanan] §2.4.2), so
 routing needs no coordination.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 OpKind = Literal["F", "B", "W"]
-UpdateRule = Literal["sync", "stash", "2bw"]  # seed 001 Table 7.1; see ``Schedule``
+UpdateRule = Literal["sync", "stash", "2bw"]  # [Narayanan] Table 7.1; see ``Schedule``
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class Schedule:
     """Per-worker op lists plus the placement an executor needs to route activations and gradients.
 
     ``placement[c]`` lists the workers (indices into ``workers``) holding chunk ``c``, by replica.
-    ``update_rule`` is the paper's name for the semantics (Table 7.1 of seed 001): ``"sync"`` (GPipe,
+    ``update_rule`` is the paper's name for the semantics (Table 7.1 of [Narayanan]): ``"sync"`` (GPipe,
     Flush, interleaved: ∇f(W^(t))), ``"stash"`` (PipeDream: per-stage delays), ``"2bw"`` (∇f(W^(t-1))).
     """
 

@@ -1,4 +1,4 @@
-"""PipeDream's hierarchical partitioning DP (seed 001 §2.4.1; flat form in seed 004 §3.1).
+"""PipeDream's hierarchical partitioning DP ([Narayanan] §2.4.1; flat form in [PipeDream-arXiv] §3.1).
 
 Level ``k`` of the topology is ``m_k`` components of level ``k-1`` joined by links of bandwidth ``B_k``
 (level 0 is one device). With ``A^k(i→j, m)`` the slowest stage of the best pipeline for layers
@@ -9,13 +9,13 @@ Level ``k`` of the topology is ``m_k`` components of level ``k-1`` joined by lin
                        min_{i≤s<j} min_{1≤m'<m} max[ A^k(i→s, m-m'), 2 a_s / B_k, T^k(s+1→j, m') ] }
 
 with ``A^0(i→j, 1) = Σ T_l`` and ``A^k(i→j, 1) = A^{k-1}(i→j, m_{k-1})``. The single-stage term
-``T^k(i→j, m)`` is explicit only in the arXiv version (seed 004, eq. for A(j, m)); we include it, since
-otherwise a pipeline could never be purely data-parallel.
+``T^k(i→j, m)`` is explicit only in the arXiv version ([PipeDream-arXiv], eq. for A(j, m)); we include it,
+since otherwise a pipeline could never be purely data-parallel.
 
 The three sources disagree on the communication terms, so ``convention`` picks one:
 
 - ``"dissertation"`` (default): as above; compute and weight sync overlap (max), activations ``2a_s/B``.
-- ``"arxiv"``: a parameter server moves ``4(m-1)/m · |w|`` bytes per worker (seed 004 §3.1), still
+- ``"arxiv"``: a parameter server moves ``4(m-1)/m · |w|`` bytes per worker ([PipeDream-arXiv] §3.1), still
   overlapped: ``T = (1/m)·max(ΣT_l, 4(m-1)Σ|w_l|/(m·B))``; activations ``2a_s/B``.
 - ``"code"``: PipeDream's reference optimizer *adds* the sync time to compute,
   ``T = (ΣT_l + 4(m-1)Σ|w_l|/(m·B))/m``, and has no activation term (it is used only with activation
@@ -61,7 +61,7 @@ class PartitionPlan:
     ``time_per_input`` is the predicted time of the slowest stage per input (``A^L(0→N, m_L)``), so the
     predicted throughput is ``1 / time_per_input`` inputs (profiled minibatches) per second.
     ``noam`` is the number of inputs the input stage admits per replica before its first backward
-    (seed 001 §2.4.1: ⌈#workers / #replicas of the input stage⌉).
+    ([Narayanan] §2.4.1: ⌈#workers / #replicas of the input stage⌉).
     """
 
     stages: tuple[StagePlan, ...]
@@ -165,7 +165,7 @@ def plan_partition(
     convention: Convention = "dissertation",
     straight: bool = False,
 ) -> PartitionPlan:
-    """Solve the DP level by level from the bottom (seed 001 §2.4.1) and flatten the plan to devices.
+    """Solve the DP level by level from the bottom ([Narayanan] §2.4.1) and flatten the plan to devices.
 
     ``compute_s[l]`` is T_l (forward + backward of one input), ``parameter_bytes[l]`` is |w_l| and
     ``cut_bytes[l]`` is a_l, the bytes crossing a boundary after layer ``l``. ``levels`` go from the

@@ -1,7 +1,7 @@
 """Stage planners as a registry: a per-layer profile and a cluster in, a :class:`PartitionPlan` out.
 
 ``planner.mode`` of a ``kind: pipedream`` scenario names an entry. The built-ins are PipeDream's
-partitioning DP (``policies.pipedream.partition``, seed 001 §2.4.1), where ``A^k(i→j, m)`` is the
+partitioning DP (``policies.pipedream.partition``, [Narayanan] §2.4.1), where ``A^k(i→j, m)`` is the
 slowest stage of the best pipeline for layers ``i..j`` on ``m`` components of topology level ``k``:
 
     T^k(i→j, m) = (1/m) · max( A^{k-1}(i→j, m_{k-1}),  2(m-1) Σ_{l=i..j} |w_l| / B_k )
@@ -10,12 +10,12 @@ slowest stage of the best pipeline for layers ``i..j`` on ``m`` components of to
 
 in three modes that differ only in the topology they give it: ``hierarchical`` (level 1: the devices
 of a server at the intra-server bandwidth; level 2: the servers at the inter-server bandwidth),
-``flat`` (seed 004 §3.1: one level of every device at the inter-server bandwidth) and ``straight`` (one
-level of one stage per chunk, no replicas, at the bandwidth of the slowest link the pipeline crosses);
+``flat`` ([PipeDream-arXiv] §3.1: one level of every device at the inter-server bandwidth) and ``straight``
+(one level of one stage per chunk, no replicas, at the bandwidth of the slowest link the pipeline crosses);
 exhaustive search over flat plans (``brute_force``, the DP's oracle; tiny instances only); and
 hand-written stages (``manual``).
 
-PipeDream-2BW's planner (``twobw_planner``, seed 001 §3.3) is not an entry: it chooses a configuration
+PipeDream-2BW's planner (``twobw_planner``, [Narayanan] §3.3) is not an entry: it chooses a configuration
 (data-parallel width, depth, microbatch size, recomputation) for a model of identical blocks under a
 memory limit, not the stages of a profiled model; PTD-P's formulas (``ptdp``) plan nothing.
 
@@ -121,7 +121,7 @@ class StraightPlanner(StagePlanner):
 
 @PLANNERS.register("hierarchical")
 class HierarchicalPlanner(StagePlanner):
-    """The hierarchical partitioning DP of seed 001 §2.4.1 over (devices per server, servers)"""
+    """The hierarchical partitioning DP of [Narayanan] §2.4.1 over (devices per server, servers)"""
 
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         if inp.straight:
@@ -134,7 +134,8 @@ class HierarchicalPlanner(StagePlanner):
 
 @PLANNERS.register("flat")
 class FlatPlanner(StagePlanner):
-    """The partitioning DP over one level of every device at the inter-server bandwidth (seed 004 §3.1)"""
+    """The partitioning DP over one level of every device at the inter-server bandwidth
+    ([PipeDream-arXiv] §3.1)"""
 
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         if inp.straight:

@@ -1,4 +1,4 @@
-"""PTD-P's analytical model (seed 001 ch. 4): FLOPs, parameters, training time, bubbles, communication.
+"""PTD-P's analytical model ([Narayanan] ch. 4): FLOPs, parameters, training time, bubbles, communication.
 
 Notation (§4.3.1): ``p`` pipeline, ``t`` tensor, ``d`` data-parallel size, ``n = p·t·d`` GPUs, global
 batch ``B``, microbatch ``b``, ``m = B/(b·d)`` microbatches per pipeline; a GPT model has ``l`` layers,

@@ -1,4 +1,4 @@
-"""Pipeline schedules as a registry (seed 001 Table 7.1): a schedule is one file with a generator of
+"""Pipeline schedules as a registry ([Narayanan] Table 7.1): a schedule is one file with a generator of
 per-worker op lists plus one :class:`PipelineSchedule` entry that states what planners, executors,
 scenario validation and the claims branch on.
 

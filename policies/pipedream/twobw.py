@@ -1,4 +1,4 @@
-"""PipeDream-2BW (seed 001 §3.2.1): 1F1B without flushes, gradients accumulated over ``m >= p``
+"""PipeDream-2BW ([Narayanan] §3.2.1): 1F1B without flushes, gradients accumulated over ``m >= p``
 microbatches, and at most two weight versions.
 
 Microbatch ``k`` (0-indexed) belongs to batch ``t = k // m`` and uses version ``max(t - 1, 0)`` for both

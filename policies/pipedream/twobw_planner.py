@@ -1,4 +1,4 @@
-"""PipeDream-2BW's planner (seed 001 §3.3, Algorithm 1, with the closed-form costs of §3.3.3).
+"""PipeDream-2BW's planner ([Narayanan] §3.3, Algorithm 1, with the closed-form costs of §3.3.3).
 
 For a model of ``num_blocks`` identical blocks (transformer layers) on ``N`` GPUs, sweep every
 data-parallel size ``d`` and pipeline depth ``p = N/d`` (equi-replicated stages of ``num_blocks/p``

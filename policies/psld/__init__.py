@@ -1,4 +1,4 @@
-"""PSLD (seed 002, Chen et al., SoCC'20): parameter-server load distribution by exploitation-exploration.
+"""PSLD ([PSLD], Chen et al., SoCC'20): parameter-server load distribution by exploitation-exploration.
 
 One idea per module: ``blocks`` (tensors cut into <= 4 MB blocks, §4), ``profiling`` (per-server linear
 regression Pred(r, s) = alpha_r s + beta_r with its standard error, §4.1), ``superior`` (Algorithm 1),

@@ -1,4 +1,4 @@
-"""The assignments PSLD is compared with (seed 002, §2.2, §6 and the notes' §6).
+"""The assignments PSLD is compared with ([PSLD], §2.2, §6 and the notes' §6).
 
 * MXNet default ("Baseline"): a tensor larger than 4 MB is split evenly over *all* PSs (footnote 2); a
   smaller tensor goes to a PS chosen at random, counted by tensor, not by bytes (the paper's words), or,

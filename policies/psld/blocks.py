@@ -1,4 +1,4 @@
-"""Parameter tensors and the blocks they are cut into (seed 002, §4 and footnote 2).
+"""Parameter tensors and the blocks they are cut into ([PSLD], §4 and footnote 2).
 
 PSLD assigns *blocks*, not tensors: every learnable tensor larger than the partition size (4 MB by
 default, the best value of Fig. 19c) is cut into consecutive blocks of at most that size; a smaller

@@ -1,4 +1,4 @@
-"""Block ownership across reassignments (seed 002, §5.2 and Figs. 9-10).
+"""Block ownership across reassignments ([PSLD], §5.2 and Figs. 9-10).
 
 A vanilla (MXNet) PS holds its blocks' parameters and optimizer state, so a reassignment moves that state
 from the old to the new owner; a BytePS PS only sums gradients, so a reassignment only swaps the map.

@@ -1,4 +1,4 @@
-"""Algorithms 2 and 3 of seed 002 (§4.2): exploitation cost and epsilon-greedy load distribution.
+"""Algorithms 2 and 3 of [PSLD] (§4.2): exploitation cost and epsilon-greedy load distribution.
 
 Algorithm 3 recomputes the whole assignment: for each block, with probability 1 - epsilon it *exploits*
 (Algorithm 2: the superior PS minimising (theta0 / omega) Pred_mean(r, S_r) + theta1 S_r / S_assign, where

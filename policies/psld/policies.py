@@ -2,7 +2,7 @@
 
 A placement policy answers what both executors ask of it: the initial layout (the model's tensors cut into
 blocks, and each block's PS) and whether a scheduler later reassigns the blocks, and with which algorithm
-(``PSLDScheduler``'s exploitation-exploration of Algorithms 1-3, or the proportional strawman of seed 002
+(``PSLDScheduler``'s exploitation-exploration of Algorithms 1-3, or the proportional strawman of [PSLD]
 §6). The adaptive policies start from PSLD's round-robin over ``block_bytes`` blocks (Fig. 8); the
 frameworks' defaults (§2.2, §6) keep their own layout for the whole run.
 """

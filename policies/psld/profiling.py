@@ -1,8 +1,8 @@
-"""PS performance profiling (seed 002, §4.1): Pred(r, s) = alpha_r * s + beta_r with confidence bounds.
+"""PS performance profiling ([PSLD], §4.1): Pred(r, s) = alpha_r * s + beta_r with confidence bounds.
 
 Workers time each block's round trip with each PS (push issue to pull completion of that block, size s)
 and report (server, bytes, seconds) samples. ``alpha_r`` is the per-byte transmission time and ``beta_r``
-the latency term (update and ACK time). Following the implementation notes (§2.7 "what gets profiled"),
+the latency term (update and ACK time). Following [PSLD] §4.1 (what gets profiled),
 we fit one least-squares line per (server, worker) and take the mean over workers of the per-worker
 predictions as Pred_mean(r, s) and their standard error of the mean as Pred_SEM(r, s). The bounds of
 Algorithm 1 are Pred_mean -/+ z * Pred_SEM with z = 1.645 (footnote 4, a two-sided 90% interval).

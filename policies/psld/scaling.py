@@ -1,4 +1,4 @@
-"""Elastic PS scaling (seed 002, §4.2 "scale-out/scale-in" and §5.1).
+"""Elastic PS scaling ([PSLD], §4.2 "scale-out/scale-in" and §5.1).
 
 * Scale-out: when fewer than ``scale_threshold`` x (the initial number of PSs) are superior, i.e. more
   than half of the initial PSs straggle, the scheduler launches *one* more PS per invocation; its

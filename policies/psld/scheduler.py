@@ -1,4 +1,4 @@
-"""The PSLD control loop (seed 002, Figs. 7-8): profile, detect, redistribute, scale.
+"""The PSLD control loop ([PSLD], Figs. 7-8): profile, detect, redistribute, scale.
 
 Every reporting period the executor hands the scheduler the workers' block timing samples and the
 current assignment. The scheduler keeps, per PS, the samples of its last ``history_reports`` *non-empty*

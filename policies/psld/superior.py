@@ -1,4 +1,4 @@
-"""Algorithm 1 of seed 002 (§4.2): the superior PS set.
+"""Algorithm 1 of [PSLD] (§4.2): the superior PS set.
 
 Starting from an infinite threshold, repeatedly take the remaining PS with the lowest *upper* bound of
 its predicted time for the reference load ``s = model_size / |PS|``; stop when that PS's *lower* bound is

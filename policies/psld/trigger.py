@@ -1,4 +1,4 @@
-"""The straggler trigger (seed 002, §2.3 and §4): PS speed and speed variation.
+"""The straggler trigger ([PSLD], §2.3 and §4): PS speed and speed variation.
 
 Speed of a PS = parameter bytes it handles / its communication time; speed variation = (best - worst) /
 worst; PSLD recomputes the assignment when the variation exceeds 1 (the best PS is more than twice as fast

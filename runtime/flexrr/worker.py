@@ -1,4 +1,4 @@
-"""One FlexRR worker process: real MLR training under BSP/SSP with RapidReassignment (seed 000, ch. 3).
+"""One FlexRR worker process: real MLR training under BSP/SSP with RapidReassignment ([Harlap], ch. 3).
 
 The decisions are ``policies.flexrr.worker.RRWorker``'s; this executor processes items in chunks of one
 message-check interval (§3.3.2), checks its mailbox between chunks, injects the scenario's straggler

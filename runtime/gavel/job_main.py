@@ -7,7 +7,7 @@ on CPU, NCCL on GPUs). The first lease comes on the command line.
 - With ``--report FILE`` the process trains that one lease, saves, writes its report and exits (the
   profiler's mode).
 - With ``--control HOST:PORT --key PREFIX`` it holds its workers across rounds (Gavel's lease renewal,
-  seed 001 §5.5): after each lease rank 0 posts the report at ``PREFIX/report/n`` and every rank waits for
+  [Narayanan] §5.5): after each lease rank 0 posts the report at ``PREFIX/report/n`` and every rank waits for
   the scheduler's verdict at ``PREFIX/lease/n+1``: a new lease (train on from memory) or ``stop`` (save
   the checkpoint, post the saved step at ``PREFIX/saved``, exit). A job that reaches its total steps saves
   before it reports and exits by itself.

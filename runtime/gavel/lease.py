@@ -1,4 +1,4 @@
-"""Training under a lease: the runtime's equivalent of Gavel's iterator (seed 001 §5.5, notes §6.2).
+"""Training under a lease: the runtime's equivalent of Gavel's iterator ([Narayanan] §5.5).
 
 A job runs in leases. When its process starts it loads its checkpoint (model, optimizer, step); it trains
 until the lease ends (a number of steps or of seconds, whichever comes first) and reports the steps it made

@@ -1,4 +1,4 @@
-"""Profiling a scenario's jobs on its real workers, to calibrate the simulator (DESIGN.md "Real runtime").
+"""Profiling a scenario's jobs on its real workers, to calibrate the simulator.
 
 For every (job type, scale factor) of the workload and every worker type of ``real.workers`` this runs
 the job process exactly as the real backend would (``runtime.gavel.job_main``, under torchrun when the job
@@ -24,7 +24,7 @@ the difference put ResNet-18 on a worker slowed 2x at 26.9 steps/s, faster than 
 11.5, where the window does not depend on how the two processes' start-ups compare.
 
 From the measured lease also come the checkpoint load and save times (the preemption overhead of a lease
-that is not renewed, seed 001 Table 5.4) and the start-up time: the rest of the wall time of the whole
+that is not renewed, [Narayanan] Table 5.4) and the start-up time: the rest of the wall time of the whole
 process tree, i.e. interpreter start, ``import torch``, torchrun's rendezvous and process-group set-up,
 the first steps' one-time costs, and exit. A lease of n steps thus takes
 ``startup_s + load_s + n * step_s + save_s``.

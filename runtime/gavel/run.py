@@ -4,7 +4,7 @@ The decisions are the very ``policies.gavel.GavelScheduler`` the simulator drive
 wall-clock time, starts one agent per server (``runtime.gavel.agent``), publishes each round's placements via
 the control plane, and turns what the agents report into the same event tables the simulator writes.
 
-Leases are renewed as in Gavel (seed 001 §5.5), exactly where the round plan says so (the simulator
+Leases are renewed as in Gavel ([Narayanan] §5.5), exactly where the round plan says so (the simulator
 executes the same renewed set): a renewed job keeps its process, which trains on from memory; every other
 live process is told to save its checkpoint and exit before the round's plan goes out, so that no process
 loads a checkpoint that is still being written. A process that dies is reported to the scheduler
@@ -175,7 +175,7 @@ class RealGavel:
             self._loop()
         finally:
             self._stop_agents()
-        # Seconds of a round not spent training (seed 001 Table 5.4), by worker type and lease kind.
+        # Seconds of a round not spent training ([Narayanan] Table 5.4), by worker type and lease kind.
         lost = {
             f"{name}/{'renewed' if renew else 'started'}": float(np.mean(seen))
             for (name, renew), seen in sorted(self.lease_time.seen.items())

@@ -5,5 +5,5 @@
 gradients over ``p2p`` channels and per-stage all-reduces. ``gpt`` is the GPT-style workload of the GPU
 benchmark (``bench``, ``experiments/pipedream_gpu.py``), ``torch_pipelining`` its
 ``torch.distributed.pipelining`` baseline. The same op lists drive ``sim.pipedream``, so the order and
-weight version of every op is identical in simulation and for real (seed 001 §2.4.2).
+weight version of every op is identical in simulation and for real ([Narayanan] §2.4.2).
 """

@@ -2,7 +2,7 @@
 schedule on our runtime and on ``torch.distributed.pipelining``, all inside one spawned process group
 so the per-configuration start-up (CUDA, NCCL) is paid once.
 
-A schedule is measured as seed 001 §2.5 measures throughput: a warm-up run of ``warmup`` minibatches,
+A schedule is measured as [Narayanan] §2.5 measures throughput: a warm-up run of ``warmup`` minibatches,
 then a timed run of ``steps`` minibatches of ``microbatches`` microbatches each (PipeDream's 1F1B:
 ``steps · microbatches`` inputs, one update per input), barrier to barrier; the simulator is later run
 on exactly the timed run's op lists (``bench_schedule``), so fill and drain count the same in both.

@@ -2,11 +2,11 @@
 ``cuda:rank``, one process per worker, writing the same ``ops`` event table as the simulator.
 
 Each rank runs its worker's op list in order, exactly as ``sim.pipedream`` and
-``runtime.pipedream.local`` do (seed 001 §2.4.2: a schedule is data). Activations and gradients travel
+``runtime.pipedream.local`` do ([Narayanan] §2.4.2: a schedule is data). Activations and gradients travel
 over ``runtime.pipedream.p2p`` channels (fixed shapes, one process group per direction and kind,
 received in the sender's order), so the same code runs on NCCL and, in the tests, on gloo. A ``W`` op
 all-reduces the accumulated gradients over the chunk's replicas and applies SGD, creating a new weight
-version (seed 001 §2.4.3, weight stashing; Table 7.1's update rules follow from which version each op
+version ([Narayanan] §2.4.3, weight stashing; Table 7.1's update rules follow from which version each op
 names). A version is freed as soon as no later op of the rank names it, as in the simulator; when the
 version an update starts from is not needed any more (the flush schedules) the update is in place, so
 those schedules hold one copy of the weights. Nothing else pins a version: the chunk modules hold

@@ -2,7 +2,7 @@
 
 Token embedding plus learned positions, ``layers`` pre-LN transformer blocks (causal
 ``F.scaled_dot_product_attention``, MLP 4x with GELU) and a final LayerNorm with an LM head, trained
-with cross-entropy on synthetic next-token data. This is the model family of seed 001 ch. 3-4 (GPT
+with cross-entropy on synthetic next-token data. This is the model family of [Narayanan] ch. 3-4 (GPT
 with 2BW/Flush, PTD-P), at a size one H100 pair or quad trains a step of in well under a second.
 
 Determinism: every layer is built right after ``torch.manual_seed(seed, layer index)``, so a layer's

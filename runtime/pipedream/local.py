@@ -4,7 +4,7 @@ Every worker's list is run in order; a round-robin loop runs whichever worker's 
 (an activation, a gradient, a weight version, or all replicas at an update), which is the same
 readiness rule as the simulator's. Weight versions are immutable parameter dicts used through
 ``torch.func.functional_call``: an update creates a new version instead of stepping in place, because a
-stashed version may still be needed by an in-flight backward (seed 001 §2.4.3). The update is SGD,
+stashed version may still be needed by an in-flight backward ([Narayanan] §2.4.3). The update is SGD,
 ``W^(v+1) = W^(newest) − lr · mean over replicas of the accumulated gradient``, which gives each
 schedule's rule of Table 7.1: ∇f(W^(t)) (sync), per-stage delays (stash) and ∇f(W^(t−1)) (2BW).
 """

@@ -5,7 +5,7 @@ NCCL ignores tags and runs the p2p ops of one communicator in issue order on one
 - every message has a fixed, known shape (``Workload.boundary``); no shape header is sent;
 - each (sender, receiver, kind) "channel" has its own process group, so activations and gradients,
   and the two directions of a pair, never queue behind each other on one NCCL stream;
-- a receiver consumes each channel in the sender's op order: the schedule is data (seed 001 §2.4.2;
+- a receiver consumes each channel in the sender's op order: the schedule is data ([Narayanan] §2.4.2;
   ``policies.pipedream.ops``), so the receiver knows that order in advance; when it needs a message it
   posts ``irecv``s for every not-yet-posted message of that channel up to the one needed, then waits
   only for that one. Messages posted early simply wait in their buffers.

@@ -1,7 +1,7 @@
 """Measure a PipeDream per-layer profile from a real torch model (CPU or GPU).
 
 For each child of an ``nn.Sequential`` (a "layer"), the forward and backward times per minibatch, the
-output activation bytes and the parameter bytes, as PipeDream's profiler records them (seed 001 §2.4.1:
+output activation bytes and the parameter bytes, as PipeDream's profiler records them ([Narayanan] §2.4.1:
 T_l, a_l, w_l). Each layer is timed on the real input it sees in the model; backward is timed by
 back-propagating a ones gradient through that layer alone (or, for the last layer when a loss is given,
 from the loss). ``to_graph_txt`` writes the profile in PipeDream's ``graph.txt`` format, so the planner
@@ -22,7 +22,7 @@ faster than the GPU runs it is measured at the host's pace; in a pipeline its ne
 hide that, so ``profile_chunks`` times whole chunks the same way, as a cross-check of the summed layers.
 
 ``profile_layers`` also measures what the simulator's memory model needs beyond a_l, because a
-transformer block keeps far more for its backward than its output (seed 001 §3.3.3 counts "all
+transformer block keeps far more for its backward than its output ([Narayanan] §3.3.3 counts "all
 activations of a microbatch", not just stage outputs):
 
 - ``held_bytes``: memory a forward leaves allocated until its backward (output plus every tensor

@@ -1,7 +1,7 @@
 """The ``torch.distributed.pipelining`` baseline on the same chunk modules as our runtime.
 
 ``PipelineStage`` wraps this rank's chunk(s) of the workload; ``ScheduleGPipe``, ``Schedule1F1B``
-(which is PipeDream-Flush, seed 001 §3.2.2: 1F1B with a flush per minibatch) and
+(which is PipeDream-Flush, [Narayanan] §3.2.2: 1F1B with a flush per minibatch) and
 ``ScheduleInterleaved1F1B`` (PTD-P, §4.2.2, two chunks per rank) run one minibatch of ``m``
 microbatches per ``step``; gradients are averaged over the microbatches (``scale_grads``) and
 ``torch.optim.SGD`` (no momentum, the same update as our runtime) steps after each minibatch. Timed

@@ -4,7 +4,7 @@ every activation crossing a chunk boundary.
 The executors (``distributed``, ``bench``) build only the chunks a rank holds, so ``chunk`` must be
 deterministic from the workload's seed alone (the same weights whichever rank, and whichever chunking,
 builds them where the workload allows). Boundary shapes are fixed and known in advance because NCCL
-point-to-point messages carry no header (seed 001 §2.4.4 ran pipeline traffic on gloo with headers;
+point-to-point messages carry no header ([Narayanan] §2.4.4 ran pipeline traffic on gloo with headers;
 on NCCL both sides must post matching buffers).
 """
 

@@ -1,5 +1,5 @@
-"""Calibrate the PSLD simulator from a real profiling run (DESIGN.md: "the runtime measures what the
-simulator needs"; docs/algorithms/psld.md, "Calibration").
+"""Calibrate the PSLD simulator from a real profiling run: the runtime measures what the simulator needs
+(docs/algorithms/psld.md, "Calibration").
 
 The profiling run is the real job without its straggler, on PSLD's initial round-robin layout, with the
 scheduler told never to act. Every simulator parameter set here is a measurement with a physical meaning;
@@ -16,7 +16,7 @@ nothing is fitted to make a throughput come out right:
   pause (``costs.reassign_fixed_s``; the round trips are inside it, so ``control_rtt_s`` is 0).
 * ``link_gbps`` (per PS, and their mean): how fast one process moves block bytes through gloo on this
   host. A worker issues every push at once and each PS serves its blocks in order, so a block's time
-  (push issue to its own pull, seed 002 §4.1's sample) grows with the bytes of that PS's blocks ahead of
+  (push issue to its own pull, [PSLD] §4.1's sample) grows with the bytes of that PS's blocks ahead of
   it in the same iteration; the slope of that line, per PS, is W / (the PS's rate), because the PS
   carries all W workers' copies of each block in each direction. The simulator gives every node a link
   of that rate per direction (``cluster.server_gbps``; workers run the same transport, so

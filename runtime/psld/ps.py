@@ -14,14 +14,14 @@ reports (server, bytes, seconds) samples. A worker computes its gradient on the 
 closed-form toy or a linear layer's gradient over a synthetic minibatch (``Job.gradient``). A throttled
 PS emulates a capped NIC, each direction paced concurrently (``run_server``).
 
-Re-sharding (seed 002, §5 and Figs. 9-10: prepare, block, migrate, resume): at every iteration boundary
+Re-sharding ([PSLD], §5 and Figs. 9-10: prepare, block, migrate, resume): at every iteration boundary
 the scheduler broadcasts the plan (``PREPARE(map_v+1, k*)``) to all ranks; the broadcast is also the
 point where every rank is blocked. At k* the PSs migrate the moved blocks' parameters and momentum
 (vanilla only), in one global block order so blocking send/recv pairs always match, while the workers
 stay blocked; then every rank meets at the RESUME barrier (``resume``) and iteration k* runs on the new
 map. A scale-out (ADD_SERVER) is such a re-sharding whose map gives blocks to a standby PS: it was in
-every PREPARE from the start, so activating it needs no change of the process group (seed 002 notes
-§7.2's standby pool).
+every PREPARE from the start, so activating it needs no change of the process group (the standby pool of
+[PSLD] §5).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Job:
     plans: dict[int, tuple[int, ...]]
     lr: float = 0.05
     momentum: float = 0.9
-    throttle: dict[int, float] | None = None  # server -> NIC cap in bytes/s, each direction (notes §7.2)
+    throttle: dict[int, float] | None = None  # server -> NIC cap in bytes/s, each direction
     report_every: int = 0  # > 0: closed loop, PSLD's scheduler on rank 0 decides from live samples
     scheduler: SchedulerConfig | None = None
     seed: tuple[int, ...] = (0,)  # the scheduler's random stream (the simulator's, for a scenario)
@@ -242,7 +242,7 @@ def _plan(
 
 def resume() -> None:
     """RESUME after a PREPARE that carried a new map: every rank waits here until every PS has finished
-    its migration and holds the new map (seed 002 §5: prepare, block, migrate, resume).
+    its migration and holds the new map ([PSLD] §5: prepare, block, migrate, resume).
 
     *Why:* released at PREPARE, the workers pushed iteration k*'s gradients while the PSs were still
     migrating (a PS posts its receives only after its migration), so every sample of iteration k* held
@@ -274,8 +274,8 @@ def run_server(
     """Serve until the last iteration; returns the blocks (params, momentum) held at the end and, on
     rank 0, the scheduler's record.
 
-    A throttled PS emulates a NIC of ``job.throttle[rank]`` bytes/s in each direction (seed 002 §6.1
-    caps links with ``tc``; notes §7.2: the cap is applied in the application because ``tc`` needs
+    A throttled PS emulates a NIC of ``job.throttle[rank]`` bytes/s in each direction ([PSLD] §6.1
+    caps links with ``tc``: the cap is applied in the application because ``tc`` needs
     NET_ADMIN and does nothing on loopback): the ingress ``Link`` releases each push to the PS no
     earlier than the capped link would deliver it, the egress ``Link`` paces every pull (and migration)
     the PS sends, and both run concurrently, so the PS receives block b+1 while block b's pulls leave,

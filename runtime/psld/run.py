@@ -17,7 +17,7 @@ What maps onto the runtime:
   random stream is the simulator's (seed, 2).
 * **Stragglers**: a ``bandwidth`` straggler caps its PS's emulated NIC at ``value`` Gbit/s in each
   direction (pushes in, pulls and migrations out, concurrently: ``ps.run_server``), as the simulator caps
-  that PS's link (seed 002 §6.1's ``tc`` cap); a ``cpu`` straggler paces the PS's summing at the
+  that PS's link ([PSLD] §6.1's ``tc`` cap); a ``cpu`` straggler paces the PS's summing at the
   simulator's rate for ``value`` cores (``value x costs.sum_gbytes_per_core_s`` GB/s). Both hold for the
   whole run.
 * **Workers** (``real:``): ``device: cuda`` puts worker w's gradient on ``cuda:(w mod #GPUs)``, with

@@ -1,7 +1,7 @@
-"""Bandwidth and CPU throttling inside a PS process (notes §7.2: ``tc`` needs NET_ADMIN and does
+"""Bandwidth and CPU throttling inside a PS process (``tc`` needs NET_ADMIN and does
 nothing on loopback, so a straggling PS is slowed in the application).
 
-``Link`` is one direction of an emulated NIC (seed 002 §6.1 caps a server's link with ``tc``): a FIFO with
+``Link`` is one direction of an emulated NIC ([PSLD] §6.1 caps a server's link with ``tc``): a FIFO with
 its own clock. ``runtime.psld.ps.run_server`` keeps one per direction, each used from its own thread, so
 receiving, summing and sending overlap as on a full-duplex NIC. ``TokenBucket`` paces a CPU straggler's
 summing."""

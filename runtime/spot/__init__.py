@@ -1,4 +1,4 @@
-"""AgileML (Proteus, seed 003) on real processes: an elastic parameter-server MLR job over a c10d store,
+"""AgileML (Proteus, [Proteus]) on real processes: an elastic parameter-server MLR job over a c10d store,
 with reliable and transient processes, real evictions (warning, then SIGKILL), end-of-life flush and
 partition migration or online roll-back, and the checkpoint/restart baseline. Entry: :func:`run_real`
 (the ``real:`` section of a ``kind: spot`` scenario; ``analysis.spot_prediction`` adds the simulator's

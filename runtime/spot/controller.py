@@ -1,4 +1,4 @@
-"""The elasticity controller's bookkeeping (seed 003 §1.3, §1.4, §1.6; notes §1.3–1.6).
+"""The elasticity controller's bookkeeping ([Proteus] §1.3, §1.4, §1.6).
 
 It runs in the launcher, next to the c10d store it hosts, so it outlives every training process (the
 paper: the EC is not replicated and may be restarted; here it is never evicted). Every decision is a

@@ -1,5 +1,5 @@
 """The launcher: hosts the c10d store, runs the elasticity controller and the eviction driver, and spawns
-the training processes (one per reliable/transient "machine") — seed 003 §1.3, §1.6, §6.3.
+the training processes (one per reliable/transient "machine") — [Proteus] §1.3, §1.6, §6.3.
 
 The launcher's loop ticks every ``real.agileml.poll_s`` (the EC's warning poll, 5 s in the paper,
 compressed): a warning sent at ``warn_s`` is noticed at the next tick, as AgileML's controller would.

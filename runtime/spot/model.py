@@ -1,8 +1,8 @@
-"""The job: multinomial logistic regression (the Proteus paper's MLR app, seed 003 §3) on synthetic data
+"""The job: multinomial logistic regression (the Proteus paper's MLR app, [Proteus] §3) on synthetic data
 (the numerics: ``runtime/models/mlr.py``).
 
 The parameters are one flat float64 vector (a ``features × classes`` weight matrix) cut into N fixed
-contiguous partitions (AgileML's partitions, seed 003 §1.4). One *clock* is one SGD step on a global
+contiguous partitions (AgileML's partitions, [Proteus] §1.4). One *clock* is one SGD step on a global
 batch of ``batch`` examples, the same examples whoever computes them; each live worker computes the
 update of its share of the batch, and a partition's server applies the sum of the shares. Because the
 update of clock c depends only on the model at clock c and the batch, the model after C clocks is a

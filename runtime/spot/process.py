@@ -9,7 +9,7 @@ the run's *phase* (checkpoint restarts start a new phase) and, where state can b
 * ``epoch/{e}``, ``epoch/latest`` — the controller's configurations (``controller.Epoch``);
 * ``bind/{g}/{c}`` — which epoch clock ``c`` runs under. The first process to reach ``c`` binds it to the
   latest epoch with an atomic ``compare_set``; everyone then agrees on the membership of every clock, so
-  a new epoch takes effect at a clock boundary with no barrier and no lost update (seed 003 §1.4: the
+  a new epoch takes effect at a clock boundary with no barrier and no lost update ([Proteus] §1.4: the
   old owner serves up to the switch, the new one fetches a copy);
 * ``param/{g}/{p}/{c}`` — partition p's values at the start of clock c, published by its server;
 * ``upd/{g}/{p}/{c}/{worker}`` — a worker's update of p for clock c;

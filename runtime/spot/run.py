@@ -1,5 +1,5 @@
 """``runtime.spot.run_real``: the ``real:`` section of a ``kind: spot`` scenario on real processes, as one
-:class:`RunResult` (seed 003 §1.6 and §6.3; see docs/algorithms/proteus.md, "Real runtime"). The simulator's
+:class:`RunResult` ([Proteus] §1.6 and §6.3; see docs/algorithms/proteus.md, "Real runtime"). The simulator's
 prediction of the same schedule is added one layer up, by ``analysis.spot_prediction``.
 """
 

@@ -1,4 +1,4 @@
-"""FlexRR simulation (seed 000, ch. 3): ``run(scenario) -> RunResult``.
+"""FlexRR simulation ([Harlap], ch. 3): ``run(scenario) -> RunResult``.
 
 Tables (column contract in ``scenarios.flexrr_results``): ``iterations``, ``commits``, ``messages``.
 ``info`` holds: ``mode``, ``slack``, ``workers``, ``iterations``, ``makespan_s``, ``ideal_s`` (the

@@ -1,4 +1,4 @@
-"""Iteration- and message-level executor of data-parallel training with FlexRR (seed 000, ch. 3).
+"""Iteration- and message-level executor of data-parallel training with FlexRR ([Harlap], ch. 3).
 
 A discrete-event loop over a heap. Between events every worker processes items at the rate its straggler
 profile gives, in closed form; events are only: a worker reaching a point where its policy needs control

@@ -1,6 +1,6 @@
-"""A sharded parameter server with BSP/SSP semantics, and the NIC traffic it causes (seed 000, §3.2).
+"""A sharded parameter server with BSP/SSP semantics, and the NIC traffic it causes ([Harlap], §3.2).
 
-The paper's PS (notes §1.1) is LazyTable/IterStore-like: sharded over the same processes as the workers,
+The paper's PS is LazyTable/IterStore-like: sharded over the same processes as the workers,
 with a client-side cache whose updates are "sent asynchronously to shards once per iteration", and an
 SSP read rule: a read at local iteration t is served only by values that include every worker's
 updates of iterations <= t - slack - 1. This module models that data plane at message level:
@@ -19,8 +19,8 @@ updates of iterations <= t - slack - 1. This module models that data plane at me
 
 **The NIC model: fluid flows, max-min fair (processor sharing over two NICs).** Every machine has one
 full-duplex NIC of ``nic_bytes_per_s`` per direction. A flow crosses exactly two resources, the sender's
-egress and the receiver's ingress, and flows share them max-min fairly (DESIGN.md: "flows with max-min
-fair bandwidth sharing on the links they cross, recomputed when a flow starts or ends"). With one
+egress and the receiver's ingress, and flows share them max-min fairly (``sim/flows.py``: rates are
+recomputed when a flow starts or ends, never per packet). With one
 resource per flow this is exactly processor sharing; with two it is its standard generalisation, and it
 is work-conserving, so pushes into one shard contend for that shard's ingress and the result does not
 depend on the order in which simultaneous pushes were issued (a FIFO per NIC would need a rule for which

@@ -1,11 +1,11 @@
-"""Job-level SimPy executor for Gavel (seed 001, §5.5 and §5.7 "simulator").
+"""Job-level SimPy executor for Gavel ([Narayanan], §5.5 and §5.7 "simulator").
 
 Simulated time advances a whole round (or, for the ideal mechanism, to the next event) at a time; a job's
 progress inside a round is computed in closed form from its throughput on its placement, never by ticking.
 All decisions are the shared ``policies.gavel.GavelScheduler``'s: this module only makes time pass, moves
 steps, and writes the event tables.
 
-Event semantics follow the artifact (notes §6.1.6): arrivals are admitted at round boundaries; a job that
+Event semantics follow the artifact: arrivals are admitted at round boundaries; a job that
 finishes mid-round leaves its GPUs idle until the round ends; a round ends at its length or when every job
 in it has finished, whichever is first.
 """
@@ -69,7 +69,7 @@ class GavelSimulation:
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
         believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``sim.gavel.market``)
-        makes the cluster a cloud fleet whose workers come and go with spot prices (seed 001 §6).
+        makes the cluster a cloud fleet whose workers come and go with spot prices ([Narayanan] §6).
         ``policy_throughputs`` (job id → throughput row) is what the policy starts from when it differs
         from the jobs' true throughputs; it then learns each job's rates from its rounds as the real
         backend does, while jobs move at the true ones."""

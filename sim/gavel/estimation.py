@@ -1,4 +1,4 @@
-"""Profiling new jobs for Gavel's throughput estimator (seed 001 §5.3.3, Fig. 5.16), on simulated workers.
+"""Profiling new jobs for Gavel's throughput estimator ([Narayanan] §5.3.3, Fig. 5.16), on simulated workers.
 
 The scheduler does not know how two jobs will do when they share a GPU; Gavel profiles each new job type
 against a fraction of the pre-profiled reference types on dedicated workers, and the estimator

@@ -1,8 +1,9 @@
-"""Gavel on a cloud fleet: on-demand and spot instances over a replayed price trace (seed 001 §6, seed 003).
+"""Gavel on a cloud fleet: on-demand and spot instances over a replayed price trace ([Narayanan] §6,
+[Proteus]).
 
-Seed 001 §6 (notes §5) gives the market model Gavel's cost policies face: AWS spot prices float below the
+[Narayanan] §6 gives the market model Gavel's cost policies face: AWS spot prices float below the
 on-demand cap, an eviction comes with a 2-minute warning, and a price change triggers a recompute of the
-allocation. Seed 003 §2–§3 (notes "markets, billing") gives the bid rules and billing schemes, which live
+allocation. [Proteus] §2–§3 (notes "markets, billing") gives the bid rules and billing schemes, which live
 in ``sim/spot`` and are reused here: :class:`sim.spot.market.MarketReplay` for prices,
 :func:`sim.spot.billing.lifetime_bill` for charges.
 
@@ -20,7 +21,7 @@ The model, and the choices the papers leave open:
   scheduler types, ``v100`` (on demand) and ``v100:spot``, with the same throughputs and their own price:
   the policy sees the on-demand price for one and the current spot price for the other, and only the
   workers usable now (warned workers are not). A membership change forces an allocation reset; a price
-  change triggers one as soon as Gavel's rate limit allows (seed 001 §6.4, "[code] a price change
+  change triggers one as soon as Gavel's rate limit allows ([Narayanan] §6.4, "[code] a price change
   triggers a recompute").
 * Checkpoints: Gavel checkpoints at round ends, and we do not checkpoint on the warning, so a job on a
   worker terminated mid-round loses the round's progress (the upper bound; a warning-time checkpoint
@@ -111,7 +112,7 @@ def spot_leases(
     start_s: float = 0.0,
     horizon_s: float = INF,
 ) -> list[Lease]:
-    """The leases of one spot worker from ``start_s`` until ``horizon_s`` (seed 003 §2: evicted when the
+    """The leases of one spot worker from ``start_s`` until ``horizon_s`` ([Proteus] §2: evicted when the
     price exceeds the bid, after a warning; here re-requested whenever the price is back under the bid).
 
     At ``start_s`` the worker is already up if the bid holds (the fleet exists when the replay starts).

@@ -58,7 +58,7 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
     believed = None if m.planned_throughputs is None else planned_rows(scenario, workload, layout)
     market = None
     if scenario.market is not None:
-        # A cloud fleet (seed 001 §6): the scheduler plans over the split layout (spot halves apart).
+        # A cloud fleet ([Narayanan] §6): the scheduler plans over the split layout (spot halves apart).
         market, split = build_market(scenario.source, scenario.market, layout)
         if split.layout != layout:
             workload = [_split_job(job, split) for job in workload]

@@ -54,7 +54,7 @@ def simulate(
 ) -> SimOutcome:
     """Run ``schedule`` to completion. ``devices[w.device]`` runs worker ``w``; ``costs[c]`` is chunk
     ``c``. ``parallel_pipelines`` > 1 models that many identical pipelines (data parallelism over
-    whole pipelines, seed 001 §3.2.3) by widening each update's all-reduce, without simulating them.
+    whole pipelines, [Narayanan] §3.2.3) by widening each update's all-reduce, without simulating them.
 
     ``overlap_allreduce`` models wait-free backpropagation (DDP's gradient buckets): an update's ring
     all-reduce may run while the backward that produced its gradients is still computing, so its

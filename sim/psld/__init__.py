@@ -1,4 +1,4 @@
-"""PSLD simulation (seed 002): ``run(scenario) -> RunResult``.
+"""PSLD simulation ([PSLD]): ``run(scenario) -> RunResult``.
 
 Builds the model's tensors (``traces.psld_models``), the policy's blocks and initial owners (the placement
 policy's layout, ``scenarios.psld_setup.initial_layout``), the PSLD/strawman scheduler for adaptive policies,

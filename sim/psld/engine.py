@@ -1,4 +1,4 @@
-"""Block-level executor of a synchronous parameter-server job (seed 002; notes §7.1).
+"""Block-level executor of a synchronous parameter-server job ([PSLD]).
 
 One event loop over a heap plus a flow network. Each worker has one connection to each PS per direction
 (push: worker -> PS, pull: PS -> worker) and a PS-to-PS connection carries vanilla-mode migrations; a

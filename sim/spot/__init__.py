@@ -1,4 +1,4 @@
-"""Spot-market simulation (Proteus: BidBrain + AgileML, seed 003). Entry point: :func:`run`.
+"""Spot-market simulation (Proteus: BidBrain + AgileML, [Proteus]). Entry point: :func:`run`.
 
 ``run(scenario, progress=None) -> RunResult`` simulates a :class:`scenarios.spot_schema.SpotScenario`;
 the tables' column contract is in :mod:`scenarios.spot_results`.
