@@ -1,6 +1,6 @@
 """Speed figures of the FlexRR simulator, printed as ``key=value`` lines.
 
-Run: ``clustertwin bench flexrr``. Target (issue 4): a FlexRR simulation of 128 workers (16 machines x 8,
+Run: ``clustertwin bench flexrr``. Target: a FlexRR simulation of 128 workers (16 machines x 8,
 Cluster-A's size, [Harlap] §3.4.1) for 20 iterations with 100 message checks per iteration (Table 3.1's
 default) in at most 10 s. The scenario is ``scenarios/flexrr-default.yaml`` (Slow Worker at 100% delay).
 

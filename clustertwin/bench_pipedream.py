@@ -1,6 +1,6 @@
 """Speed figures of the PipeDream simulator and planner, printed as ``key=value`` lines.
 
-Run: ``clustertwin bench pipedream``. Targets (issue 7): an 8-stage, 64-microbatch
+Run: ``clustertwin bench pipedream``. Targets: an 8-stage, 64-microbatch
 1F1B simulation in at most 2 s, and the planner on the largest shipped profile in at most 10 s.
 """
 

@@ -1,4 +1,4 @@
-"""The fidelity suite (issue 8): every algorithm's validation cases, run for real and in simulation.
+"""The fidelity suite: every algorithm's validation cases, run for real and in simulation.
 
 ``clustertwin validate --backend cpu|gpu`` reads the cases of that backend from a suite file
 (``scenarios/validation/suite.yaml``), runs each one, and reports per metric the simulated value, the real

@@ -1,7 +1,7 @@
 """FlexRR for real on GPUs with one slow worker, against a simulation calibrated by a profiling run.
 
-Issue 4, must-show 3 ([Harlap] §3.4: time per iteration is the paper's speed metric; Ideal is §3.4.1's
-bound). From the repository root:
+[Harlap] §3.4: time per iteration is the paper's speed metric; Ideal is §3.4.1's bound. From the
+repository root:
 
     python -m experiments.flexrr_gpu run --out DIR [--gpus N] [--quick] [--device cuda|cpu]
     python -m experiments.flexrr_gpu report --from DIR

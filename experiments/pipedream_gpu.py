@@ -1,4 +1,4 @@
-"""PipeDream schedules for real on GPUs next to the calibrated simulator (issue 7, must-show 3).
+"""PipeDream schedules for real on GPUs next to the calibrated simulator.
 
     python -m experiments.pipedream_gpu run --out DIR [--gpus 2,4] [--quick] [--device cpu]
     python -m experiments.pipedream_gpu report --from DIR

@@ -1,5 +1,5 @@
-"""PSLD with GPU workers for real, next to a simulation calibrated from a profiling run (issue 5, must-show
-3; [PSLD] §6.1 and §5.2; docs/algorithms/psld.md, "GPU experiments").
+"""PSLD with GPU workers for real, next to a simulation calibrated from a profiling run ([PSLD] §6.1 and
+§5.2; docs/algorithms/psld.md, "GPU experiments").
 
     python -m experiments.psld_gpu run --out DIR [--quick] [--device cuda|cpu] [--tiny] [--seeds K]
     python -m experiments.psld_gpu report --from DIR

@@ -1,5 +1,5 @@
 """Fig. 14 for real: does PSLD's speedup over MXNet's default grow with the number of 1 Gbit/s PSs?
-(issue 5, must-show 1's Figs. 12–14 claim, tested on the real runtime; [PSLD] §6.2, Fig. 14;
+(Figs. 12–14 tested on the real runtime; [PSLD] §6.2, Fig. 14;
 docs/algorithms/psld.md, "Fidelity").
 
     python -m experiments.psld_stragglers_gpu run --out DIR [--device cuda|cpu] [--tiny] [--k 1 2 4]

@@ -1,4 +1,4 @@
-"""``clustertwin bench flexrr`` (issue 4): the dispatch and the printed keys, at a small size.
+"""``clustertwin bench flexrr``: the dispatch and the printed keys, at a small size.
 
 Not a timing test: it checks that the figures are printed as ``key=value`` lines whose values parse as
 positive numbers, with the size in the key name.

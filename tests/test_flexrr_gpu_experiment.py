@@ -1,4 +1,4 @@
-"""``experiments/flexrr_gpu.py`` (issue 4, must-show 3) run tiny on CPU processes (gloo).
+"""``experiments/flexrr_gpu.py`` run tiny on CPU processes (gloo).
 
 The GPU paths (``real.device: cuda``) are not exercised here; the steps are the same: profile,
 calibrate, the four modes for real in one launch, the calibrated simulations, the table and the report.

@@ -337,7 +337,7 @@ def test_a_fleet_whose_policy_learns_the_true_table_runs_as_one_that_knows_it() 
     assert len(knows["rounds"]) > 0
 
 
-# --- bad traces (issue 6) through a Gavel `market:` section ---------------------------------------------
+# --- bad traces through a Gavel `market:` section ---------------------------------------------
 
 
 def test_the_replay_never_extends_the_last_price_past_max_stale(tmp_path: Path) -> None:

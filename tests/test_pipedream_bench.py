@@ -1,4 +1,4 @@
-"""``clustertwin bench pipedream`` (issue 7): the named keys are printed as positive wall seconds.
+"""``clustertwin bench pipedream``: the named keys are printed as positive wall seconds.
 
 Not a timing test. The largest profile is swapped for a small one so the planner part stays quick.
 """

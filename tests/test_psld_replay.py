@@ -22,7 +22,7 @@ def test_the_replay_reproduces_the_runs_reports_and_decisions() -> None:
     for server in (0, 1, 2):
         ours = [r.pred_ref_s[server] for r in result.reports]
         assert ours == pytest.approx(recorded[recorded.server == server].pred_ref_s.tolist(), rel=1e-9)
-    # No decision of the run ever made the throttled PS 2 superior (the ninth session's fit fix).
+    # No decision of the run ever made the throttled PS 2 superior (since the superior set's fit was fixed).
     assert all(2 not in r.superior for r in result.reports)
 
 

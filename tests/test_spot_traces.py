@@ -234,7 +234,7 @@ def test_generator_is_seeded_and_recovers_the_change_rate() -> None:
     assert 0 < spike_rows.sum() and (spiky["price"] >= 0).all()
 
 
-# --- bad traces (issue 6): a clear error or a documented, reported repair ------------------------------
+# --- bad traces: a clear error or a documented, reported repair ------------------------------
 
 HEADER = "timestamp,region,zone,instance_type,price\n"
 

@@ -29,7 +29,7 @@ Formats read (see ``/work/shared/data/README.md`` §3 for provenance of the exam
 Every malformed value raises :class:`InputError` naming ``file:line: column``. Only ``Linux/UNIX`` rows
 are kept when a product description is present (other OSes are different markets with other prices).
 
-Bad traces (issue 6) are errors or documented repairs, never a silently wrong price:
+Bad traces are errors or documented repairs, never a silently wrong price:
 
 * **missing, empty, non-numeric, NaN, infinite or negative prices** (every format, JSON included) and
   missing or non-string JSON fields: :class:`InputError` naming ``file:line: column``.

@@ -1,4 +1,4 @@
-"""A GPT-style workload for the pipeline runtimes and the profiler (issue 7, must-show 3).
+"""A GPT-style workload for the pipeline runtimes and the profiler.
 
 Token embedding plus learned positions, ``layers`` pre-LN transformer blocks (causal
 ``F.scaled_dot_product_attention``, MLP 4x with GELU) and a final LayerNorm with an LM head, trained
