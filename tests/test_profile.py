@@ -55,6 +55,7 @@ def write_scenario(folder: Path, text: str = SCENARIO) -> Path:
     return path
 
 
+@pytest.mark.slow  # measures a 3x slowdown end to end; another test beside it on the core skews it
 def test_profile_writes_a_table_the_simulator_loads(tmp_path: Path) -> None:
     path = write_scenario(tmp_path)
     scenario = profile.load_for_profiling(path)  # its throughputs file does not exist yet

@@ -161,3 +161,14 @@ def test_no_round_starts_before_its_nominal_boundary(tmp_path: Path) -> None:
     # The first round's leases did end early: the rule, not slow restarts, is what kept it 10 s long.
     first = rounds[rounds["round"] == starts.index[0]]
     assert (first["end_s"] - first["start_s"]).max() < 9.5
+
+
+def test_progress_counts_rounds_and_steps_not_only_finished_jobs(tmp_path: Path) -> None:
+    scenario = load_scenario(ROOT / "scenarios" / "gavel-real-cpu.yaml")
+    run = RealGavel(scenario, tmp_path)  # built, not started: no process runs
+    total = sum(int(j.spec.total_steps) for j in run.jobs)
+    first = run.jobs[0].spec
+    run.known_step[first.job_id] = int(first.total_steps) // 2
+    fraction, text = run._progress(3)
+    assert fraction == pytest.approx((int(first.total_steps) // 2) / total) and 0 < fraction < 1
+    assert text == f"round 3, {int(first.total_steps) // 2}/{total} steps, 0/{len(run.jobs)} jobs done"

@@ -211,7 +211,15 @@ class RealGavel:
             if self.snapshot_dir is not None:
                 self._snapshot()
             if self.progress is not None:
-                self.progress(len(self.completion) / len(self.jobs), f"round {round_index}")
+                self.progress(*self._progress(round_index))
+
+    def _progress(self, rounds: int) -> tuple[float, str]:
+        """The fraction of all jobs' steps trained, and a line a person can follow while jobs run for
+        minutes: rounds, steps, jobs finished."""
+        total = sum(int(j.spec.total_steps) for j in self.jobs)
+        done = sum(min(self.known_step[j.spec.job_id], int(j.spec.total_steps)) for j in self.jobs)
+        text = f"round {rounds}, {done}/{total} steps, {len(self.completion)}/{len(self.jobs)} jobs done"
+        return (done / total if total else 1.0), text
 
     def _run_round(self, r: int, plan: RoundPlan) -> None:
         m = self.scenario.mechanism
