@@ -281,3 +281,9 @@ def test_the_printed_summary_says_why_jobs_are_left_unfinished() -> None:
     console = Console(width=200, record=True)
     console.print(summary({"jobs_total": 5, "jobs_completed": 5}, {}))
     assert "of 5 jobs" not in console.export_text()
+
+
+def test_validate_refuses_a_pipeline_that_does_not_fit(capsys) -> None:
+    assert main(["validate", "scenarios/pipedream-default.yaml", "--set", "schedule=2bw"]) == 2
+    assert "out of memory" in capsys.readouterr().err
+    assert main(["validate", "scenarios/pipedream-default.yaml"]) == 0

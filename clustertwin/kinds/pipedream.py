@@ -30,7 +30,9 @@ SPEC = KindSpec(
     check_tables=lazy("clustertwin.scenarios.pipedream_results:check_pipedream_tables"),
     metrics=result_metrics("clustertwin.analysis.pipedream_metrics:pipedream_metrics"),
     simulate=lazy("clustertwin.sim.pipedream:run"),
-    prepare=lazy("clustertwin.sim.pipedream.runner:build"),
+    # Whether a plan fits its devices depends on the order of the schedule's ops, so the check is the
+    # op-level simulation itself; it takes about a second, and validate runs it.
+    prepare=lazy("clustertwin.sim.pipedream:run"),
     plot=lazy("clustertwin.analysis.pipedream_plots:plot_pipedream_run"),
     reproduce=Reproduce(lambda: ["pipedream"], _reproduce),
     bench=_bench,
