@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from clustertwin import ray_reaper
 from clustertwin.atomic import write_json, write_parquet
 from clustertwin.errors import InputError
 from clustertwin.progress import progress_bar
@@ -277,6 +278,8 @@ def _run_on_ray(
     import ray
 
     _init_ray(ray, address, workers)
+    # A local Ray's agents would outlive a driver killed with SIGKILL; the reaper ends them then.
+    reaper = ray_reaper.start(os.getpid()) if address is None else None
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(execute)
         capacity = int(ray.cluster_resources().get("CPU", 1))
@@ -318,6 +321,9 @@ def _run_on_ray(
                     report()
     finally:
         ray.shutdown()
+        if reaper is not None:
+            reaper.terminate()
+            reaper.wait()
 
 
 def _init_ray(ray: Any, address: str | None, workers: int | None) -> None:

@@ -90,6 +90,20 @@ def test_same_spec_runs_on_a_ray_cluster_by_address(
     assert simulate(plan.scenarios[first["run"]])["avg_jct_h"] == pytest.approx(first["avg_jct_h"])
 
 
+def _session_processes(sid: int) -> list[str]:
+    """The live processes of session ``sid`` (a driver started in a session of its own), by command."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if os.getsid(process.pid) == sid and process.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(" ".join(process.info["cmdline"] or [])[:80])
+        except (ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
 def test_killed_driver_resumes_without_redoing_finished_runs(tmp_path: Path) -> None:
     # 12 runs of a few tenths of a second each, one at a time, so the driver can be killed mid-way.
     spec = write_spec(
@@ -111,6 +125,11 @@ def test_killed_driver_resumes_without_redoing_finished_runs(tmp_path: Path) -> 
             time.sleep(0.05)
         os.kill(driver.pid, signal.SIGKILL)  # no clean-up, no results table
         driver.wait(timeout=30)
+        # Ray's processes, its agents included, die with the driver (the reaper ends the agents).
+        deadline = time.monotonic() + 30
+        while _session_processes(driver.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _session_processes(driver.pid) == []
     finally:
         _stop(driver)  # Ray's processes of that driver, in its session
     before = {p.name: p.stat().st_mtime_ns for p in runs.glob("*.json")}
