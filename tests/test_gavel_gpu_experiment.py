@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "results" / "gpu-2026-11-26"
+RESULTS = ROOT / "results"
 SCRIPT = ROOT / "experiments" / "gavel_gpu_fidelity.py"
 
 
