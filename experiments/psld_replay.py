@@ -5,8 +5,8 @@
 ``--set`` changes a field of the run's ``SchedulerConfig`` (e.g. ``--set min_gain=0``: apply every
 Algorithm 3 result, as the paper does), to see what the scheduler would have decided on these samples.
 
-DIR (default ``docs/results/gpu-2026-11-27/psld-gpu-fifth/run3``, the first GPU run with today's
-policy code; the third GPU run, ``docs/results/gpu-2026-11-26/psld-gpu-run3``, ran before the fit of a
+DIR (default ``results/psld-gpu-fifth/run3``, the first GPU run with today's
+policy code; the third GPU run, ``results/psld-gpu-run3``, ran before the fit of a
 negative slope changed and now diverges at its first report) holds what
 ``experiments.psld_gpu`` wrote: ``results.json`` (the scenario and its overrides) and
 ``real_samples.parquet`` (every block sample of the real runs, worker by worker, iteration by
@@ -53,7 +53,7 @@ from clustertwin.policies.psld.scheduler import PSLDScheduler, SchedulerConfig  
 
 from experiments.psld_gpu import recorded_overrides  # noqa: E402
 
-DEFAULT_DIR = ROOT / "docs" / "results" / "gpu-2026-11-27" / "psld-gpu-fifth" / "run3"
+DEFAULT_DIR = ROOT / "results" / "psld-gpu-fifth" / "run3"
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "results" / "gpu-2026-11-26"
+FIXTURES = ROOT / "tests" / "fixtures"  # copies of runs under results/, without plots and logs
 SCRIPT = ROOT / "experiments" / "gavel_gpu_fidelity.py"
 
 
@@ -30,7 +30,7 @@ def _compare(work: Path, *options: str) -> dict:
 
 def test_an_unfinished_run_is_compared_on_its_finished_jobs(tmp_path: Path) -> None:
     work = tmp_path / "las"
-    shutil.copytree(RESULTS / "gavel-las-gpu-run2", work)
+    shutil.copytree(FIXTURES / "gavel-las-gpu-run2", work)
     (work / "results.json").unlink()  # written again by the compare step
     result = _compare(work)
     assert result["results"] == {}
@@ -55,10 +55,11 @@ def test_an_unfinished_run_is_compared_on_its_finished_jobs(tmp_path: Path) -> N
 def test_a_finished_run_is_compared_with_its_own_policys_calibration(tmp_path: Path) -> None:
     work = tmp_path / "ftf"
     made = shutil.ignore_patterns("compare-*", "realised-*", "results.json")
-    shutil.copytree(RESULTS / "gavel-ftf-gpu", work, ignore=made)
+    run = FIXTURES / "gpu-suite" / "gavel-ftf-gpu"
+    shutil.copytree(run, work, ignore=made)
     result = _compare(work)
     ftf = result["results"]["ftf"]
-    committed = json.loads((RESULTS / "gavel-ftf-gpu" / "compare-ftf" / "compare.json").read_text())
+    committed = json.loads((run / "compare-ftf" / "compare.json").read_text())
     for key in ("avg_jct_error", "makespan_error", "utilisation_error", "jobs_compared"):
         assert ftf[key] == committed[key], key  # the simulator is deterministic
 
@@ -68,7 +69,7 @@ def test_realised_calibration_takes_each_pairs_rate_from_its_rounds(tmp_path: Pa
     less the restart time the run measured; a pair that never trained keeps its profile."""
     work = tmp_path / "las"
     made = shutil.ignore_patterns("compare-*", "realised-*", "results.json")
-    shutil.copytree(RESULTS / "gavel-las-gpu-run4", work, ignore=made)
+    shutil.copytree(FIXTURES / "gavel-las-gpu-run4", work, ignore=made)
     result = _compare(work, "--realised")
     jobs = pd.read_parquet(work / "real-las" / "jobs.parquet")[["job_id", "job_type"]]
     rounds = pd.read_parquet(work / "real-las" / "rounds.parquet").merge(jobs, on="job_id")

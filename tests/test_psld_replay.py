@@ -1,19 +1,24 @@
 """The replay of a GPU run's PSLD samples (``experiments.psld_replay``): while the replayed map is the
 run's, it is the run, which is what makes it a tool for reading the run's decisions. The run replayed is
-the fifth GPU runs' run 3, the first recorded with today's policy code."""
+run 3 of ``results/psld-gpu-fifth``, the first recorded with today's policy code; its fixture keeps the
+PSLD run's samples only, which are all the replay reads."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from experiments.psld_replay import DEFAULT_DIR, config_with, main, replay
+from experiments.psld_replay import config_with, main, replay
+
+RUN = Path(__file__).parent / "fixtures" / "psld-gpu-fifth-run3"
 
 
 def test_the_replay_reproduces_the_runs_reports_and_decisions() -> None:
-    recorded = pd.read_parquet(DEFAULT_DIR / "real_psld_reports.parquet")
-    moves = pd.read_parquet(DEFAULT_DIR / "real_psld_reassignments.parquet")
-    result = replay()
+    recorded = pd.read_parquet(RUN / "real_psld_reports.parquet")
+    moves = pd.read_parquet(RUN / "real_psld_reassignments.parquet")
+    result = replay(RUN)
     assert result.diverged_at_k is None and result.substituted == 0
     assert [(r.k, r.action) for r in result.reports if r.action != "none"] == [
         (int(k), "reassign") for k in moves.iteration
@@ -27,12 +32,12 @@ def test_the_replay_reproduces_the_runs_reports_and_decisions() -> None:
 
 
 def test_a_changed_config_diverges_and_substitutes_samples(capsys) -> None:
-    config = config_with(DEFAULT_DIR, ["min_gain=0"])
+    config = config_with(RUN, ["min_gain=0"])
     assert config.min_gain == 0.0
-    result = replay(config=config)
+    result = replay(RUN, config=config)
     assert result.diverged_at_k is not None and 0 < result.substituted < result.total
     assert sum(r.action != "none" for r in result.reports) > 1
     with pytest.raises(SystemExit, match="FIELD=VALUE"):
-        config_with(DEFAULT_DIR, ["no_such_field=1"])
-    assert main(["--set", "min_gain=0"]) == 0
+        config_with(RUN, ["no_such_field=1"])
+    assert main(["--from", str(RUN), "--set", "min_gain=0"]) == 0
     assert '"diverged_at_k"' in capsys.readouterr().out
