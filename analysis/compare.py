@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, ScalarFormatter
 from rich.table import Table
 
-from clustertwin.atomic import write_atomically
+from clustertwin.atomic import write_atomically, write_json
 from clustertwin.errors import InputError
 
 # The jobs columns a comparison reads; the rest of the table contract is not needed here.
@@ -305,3 +306,26 @@ def _ratio_cdf(comparison: Comparison) -> Figure:
         fontsize=9,
     )
     return figure
+
+
+def compare_summaries(sim_dir: Path, real_dir: Path, metrics: Sequence[str], out: Path) -> dict[str, Any]:
+    """The kinds whose runs are compared by their headline metrics: per metric the simulated and the real
+    value and the relative error, written flat to ``out/compare.json`` (what ``clustertwin report``
+    shows) and returned. A metric missing from either run is an InputError naming the folder."""
+    summaries = {}
+    for side, folder in (("sim", sim_dir), ("real", real_dir)):
+        path = Path(folder) / "summary.json"
+        try:
+            summaries[side] = json.loads(path.read_text(encoding="utf-8"))["metrics"]
+        except (OSError, ValueError, KeyError) as err:
+            raise InputError(str(folder), f"not a run folder with metrics ({path.name}: {err})") from None
+    figures: dict[str, Any] = {"sim_dir": str(sim_dir), "real_dir": str(real_dir)}
+    for name in metrics:
+        for side, folder in (("sim", sim_dir), ("real", real_dir)):
+            if summaries[side].get(name) is None:
+                raise InputError(str(folder), f"the run has no metric {name}")
+        sim, real = float(summaries["sim"][name]), float(summaries["real"][name])
+        figures.update({f"{name}_sim": sim, f"{name}_real": real, f"{name}_error": relative_error(sim, real)})
+    Path(out).mkdir(parents=True, exist_ok=True)
+    write_json(Path(out) / "compare.json", figures)
+    return figures

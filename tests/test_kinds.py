@@ -229,3 +229,22 @@ def test_import_clustertwin_stays_light() -> None:
     code = "import sys, clustertwin; print('clustertwin.api' in sys.modules, clustertwin.run.__module__)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert shown.split() == ["False", "clustertwin.api"]
+
+
+@pytest.mark.parametrize("kind", ["gavel", "flexrr", "psld", "pipedream", "spot"])
+def test_every_built_in_kind_plots_and_compares(kind: str, tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    assert main(["run", f"scenarios/{kind}-default.yaml", "--out", str(run), "--quiet"]) == 0
+    pngs = sorted(p.name for p in run.glob("*.png"))
+    assert pngs, f"kind {kind} drew no plot"
+    for png in run.glob("*.png"):
+        png.unlink()
+    assert main(["plot", str(run)]) == 0
+    assert sorted(p.name for p in run.glob("*.png")) == pngs
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in run.glob("*.png"))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(run), str(run), "--out", str(out)]) == 0
+    figures = json.loads((out / "compare.json").read_text())
+    errors = [v for k, v in figures.items() if k.endswith("_error")]
+    assert errors and all(e == 0.0 for e in errors)  # a run against itself: no error
+    assert main(["report", str(out)]) == 0

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clustertwin.errors import InputError
-from clustertwin.kinds.spec import Emit, KindSpec, Progress, Reproduce, lazy, result_metrics
+from clustertwin.kinds.spec import (
+    Emit,
+    KindSpec,
+    Progress,
+    Reproduce,
+    lazy,
+    metric_comparison,
+    result_metrics,
+)
 from clustertwin.scenarios.flexrr_schema import FLEXRR_PATH_FIELDS, FlexRRScenario
 
 if TYPE_CHECKING:
@@ -54,6 +62,8 @@ SPEC = KindSpec(
     check_tables=lazy("clustertwin.scenarios.flexrr_results:check_flexrr_tables"),
     metrics=result_metrics("clustertwin.analysis.flexrr_metrics:flexrr_metrics"),
     simulate=lazy("clustertwin.sim.flexrr:run"),
+    plot=lazy("clustertwin.analysis.run_plots:plot_flexrr_run"),
+    comparison=metric_comparison("time_per_iteration_s", "makespan_s"),
     run_real=_run_real,
     check=_check,
     reproduce=Reproduce(lambda: ["flexrr"], _reproduce),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clustertwin.kinds.spec import Emit, KindSpec, Reproduce, lazy, result_metrics
+from clustertwin.kinds.spec import Emit, KindSpec, Reproduce, lazy, metric_comparison, result_metrics
 from clustertwin.scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
 
 
@@ -33,6 +33,7 @@ SPEC = KindSpec(
     # Whether a plan fits its devices depends on the order of the schedule's ops, so the check is the
     # op-level simulation itself; it takes about a second, and validate runs it.
     prepare=lazy("clustertwin.sim.pipedream:run"),
+    comparison=metric_comparison("throughput_samples_per_s", "peak_memory_gib_max"),
     plot=lazy("clustertwin.analysis.pipedream_plots:plot_pipedream_run"),
     reproduce=Reproduce(lambda: ["pipedream"], _reproduce),
     bench=_bench,

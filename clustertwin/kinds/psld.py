@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clustertwin.kinds.spec import KindSpec, Progress, Reproduce, lazy, result_metrics
+from clustertwin.kinds.spec import KindSpec, Progress, Reproduce, lazy, metric_comparison, result_metrics
 from clustertwin.scenarios.psld_schema import PSLDScenario
 
 if TYPE_CHECKING:
@@ -32,6 +32,8 @@ SPEC = KindSpec(
     check_tables=lazy("clustertwin.scenarios.psld_results:check_psld_tables"),
     metrics=result_metrics("clustertwin.analysis.psld_metrics:psld_metrics"),
     simulate=lazy("clustertwin.sim.psld:run"),
+    plot=lazy("clustertwin.analysis.run_plots:plot_psld_run"),
+    comparison=metric_comparison("iterations_per_s"),
     run_real=_run_real,
     reproduce=Reproduce(lambda: ["psld"], _reproduce),
 )

@@ -124,3 +124,25 @@ def result_metrics(target: str) -> Callable[[Any, RunResult], dict[str, float]]:
     """Metrics that need the run's tables only: ``module:function`` of the result, imported lazily."""
     function = lazy(target)
     return lambda _scenario, result: function(result)
+
+
+def metric_comparison(*metrics: str) -> Comparison:
+    """A comparison by the runs' headline metrics: each metric's simulated and real value and error."""
+
+    def compare(sim_dir: Path, real_dir: Path, out: Path) -> Compared:
+        from rich.table import Table
+
+        from clustertwin.analysis.compare import compare_summaries
+
+        figures = compare_summaries(sim_dir, real_dir, metrics, out)
+        table = Table("metric", "sim", "real", "error")
+        for name in metrics:
+            error = figures[f"{name}_error"]
+            table.add_row(
+                name, f"{figures[f'{name}_sim']:.6g}", f"{figures[f'{name}_real']:.6g}", f"{error:+.1%}"
+            )
+        headline = {key: value for key, value in figures.items() if key not in ("sim_dir", "real_dir")}
+        pairs = {name: (figures[f"{name}_sim"], figures[f"{name}_real"]) for name in metrics}
+        return Compared(headline, pairs, table)
+
+    return Comparison(tuple(metrics), compare)

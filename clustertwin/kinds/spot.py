@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clustertwin.kinds.spec import KindSpec, Progress, Reproduce, lazy
+from clustertwin.kinds.spec import KindSpec, Progress, Reproduce, lazy, metric_comparison
 from clustertwin.scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
 
 if TYPE_CHECKING:
@@ -67,6 +67,9 @@ SPEC = KindSpec(
     metrics=_metrics,
     simulate=lazy("clustertwin.sim.spot:run"),
     prepare=_prepare,
+    plot=lazy("clustertwin.analysis.run_plots:plot_spot_run"),
+    # Two simulated what-ifs; a real run carries its own prediction (the fidelity suite compares those).
+    comparison=metric_comparison("cost_usd", "runtime_h"),
     run_real=_run_real,
     reproduce=Reproduce(lambda: ["proteus"], _reproduce),
 )
