@@ -66,21 +66,21 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def host_store() -> Any:
+def host_store(timeout_s: float = STORE_TIMEOUT_S) -> Any:
     """The launcher's c10d ``TCPStore``, listening on a port the kernel picks (``.port``): no window in
     which another program could take a port found free beforehand."""
     import torch.distributed as dist
 
     return dist.TCPStore(
-        HOST, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=STORE_TIMEOUT_S)
+        HOST, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
     )
 
 
-def connect_store(port: int, host: str = HOST) -> Any:
+def connect_store(port: int, host: str = HOST, timeout_s: float = STORE_TIMEOUT_S) -> Any:
     """A client of the store at ``host:port`` (a launcher's ``host_store``)."""
     import torch.distributed as dist
 
-    return dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=STORE_TIMEOUT_S))
+    return dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
 
 
 @dataclass(frozen=True)
