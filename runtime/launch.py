@@ -108,6 +108,8 @@ def join(device: str = "cpu", backend: str | None = None, threads: int | None = 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda': torch sees no CUDA device")
         where = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(where)
     elif device == "cpu":
