@@ -43,7 +43,6 @@ import csv
 import io
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
+from clustertwin.runtime.launch import RankFailure, launch
 from clustertwin.runtime.pipedream.bench import INTERLEAVE, BenchSettings, bench_schedule, rank_main
 from clustertwin.runtime.pipedream.gpt import (
     GPU,
@@ -120,27 +119,12 @@ def profile(
 def spawn(world: int, backend: str, workload: GPTWorkload, settings: BenchSettings, timeout_s: float) -> list:
     """Run ``bench.rank_main`` on ``world`` ranks; return (per-rank results, kept op rows)."""
     with tempfile.TemporaryDirectory(prefix="pipedream-gpu-") as tmp:
-        context = mp.start_processes(
-            rank_main,
-            args=(world, os.path.join(tmp, "rendezvous"), backend, workload, settings, tmp),
-            nprocs=world,
-            join=False,
-            start_method="spawn",
-        )
-        deadline = time.monotonic() + timeout_s
         failure = None
         try:
-            while not context.join(timeout=5):
-                if time.monotonic() > deadline:
-                    failure = f"did not finish in {timeout_s:.0f} s"
-                    break
-        except Exception as err:  # a rank raised; what the ranks saved before is still used
-            failure = f"a rank failed: {err}"
-        if failure is not None:
-            for process in context.processes:  # our own children, by handle
-                if process.is_alive():
-                    process.kill()
-            print(f"WARNING: the {world}-rank configuration {failure}", file=sys.stderr, flush=True)
+            launch(rank_main, world, (backend, workload, settings, tmp), limit_s=timeout_s)
+        except RankFailure as err:  # a rank died or the limit passed; what the ranks saved is still used
+            failure = str(err)
+            print(f"WARNING: the {world}-rank configuration failed: {failure}", file=sys.stderr, flush=True)
         paths = [Path(tmp, f"rank{r}.json") for r in range(world)]
         if not all(p.exists() for p in paths):
             raise RuntimeError(f"the {world}-rank configuration saved no results ({failure})")

@@ -9,26 +9,24 @@ PS 0 was still receiving the migration, and every sample of iteration k* would h
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch.distributed as dist
-from clustertwin.runtime.psld.launch import join_group, spawn_group
+from clustertwin.runtime.launch import join, launch, report
 from clustertwin.runtime.psld.ps import Job, ServerStats, block_layout, reference, run_server, run_worker
 
 RATE = 8e6  # bytes/s of PS 1's emulated NIC, each direction
 K_STAR = 2
 
 
-def _rank(rank: int, world: int, port: int, job: Job, queue: Any) -> None:
-    join_group(rank, world, port)
+def _rank(rank: int, job: Job) -> None:
+    join()
     try:
         if rank < job.ps_ranks:
             stats = ServerStats()
             run_server(rank, job, None, stats)
-            queue.put((rank, stats.migration_s))
+            report((rank, stats.migration_s))
         else:
             params, samples = run_worker(rank, job)
-            queue.put((rank, (params.numpy().tobytes(), [(s.server, s.seconds) for s in samples])))
+            report((rank, (params.numpy().tobytes(), [(s.server, s.seconds) for s in samples])))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -38,7 +36,7 @@ def test_samples_after_reassignment_hold_no_migration() -> None:
     numel, blocks = block_layout([65536] * 4, 512 * 1024)
     n = len(blocks)
     job = Job(2, 2, numel, blocks, (1,) * n, 5, "vanilla", {K_STAR: (0,) * n}, throttle={1: RATE})
-    out = dict(spawn_group(_rank, 4, (job,), 4, 50.0))
+    out = dict(launch(_rank, 4, (job,), limit_s=50.0, expected=4))
     state_bytes = 2 * sum(b.nbytes for b in blocks)  # parameters and momentum
     (k, migration_s), *_ = out[1]
     assert k == K_STAR and migration_s >= 0.9 * state_bytes / RATE, migration_s

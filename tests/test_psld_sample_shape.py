@@ -15,13 +15,11 @@ a few seconds each).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 import torch.distributed as dist
 from clustertwin.policies.psld.blocks import Block
-from clustertwin.runtime.psld.launch import join_group, spawn_group
+from clustertwin.runtime.launch import join, launch, report
 from clustertwin.runtime.psld.ps import Job, block_layout, held_s, run_server, run_worker, shaped
 from test_psld_samples import dequeued  # the runtime's sample before shaped
 
@@ -48,16 +46,16 @@ def test_a_slow_workers_push_is_not_in_the_fast_workers_sample() -> None:
     assert abs(old[1] - 0.004) < 1e-9  # and a later one only the spacing of the pulls
 
 
-def _rank(rank: int, world: int, port: int, job: Job, queue: Any) -> None:
-    join_group(rank, world, port)
+def _rank(rank: int, job: Job) -> None:
+    join()
     try:
         if rank < job.servers:
             run_server(rank, job)
-            queue.put((rank, [], []))
+            report((rank, [], []))
         else:
             raw: list = []
             _, samples = run_worker(rank, job, raw=raw)
-            queue.put((rank, [(s.nbytes, s.seconds) for s in samples], [(s.nbytes, s.seconds) for s in raw]))
+            report((rank, [(s.nbytes, s.seconds) for s in samples], [(s.nbytes, s.seconds) for s in raw]))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -68,7 +66,7 @@ def _run(job: Job) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     (it pays the process group's first touches)."""
     world = job.servers + job.workers
     out = {}
-    for rank, samples, raw in spawn_group(_rank, world, (job,), world, 120.0):
+    for rank, samples, raw in launch(_rank, world, (job,), limit_s=120.0, expected=world):
         if rank < job.servers:
             continue
         n = len(job.blocks)

@@ -8,25 +8,23 @@ would take twice that (0.42 s).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch.distributed as dist
-from clustertwin.runtime.psld.launch import join_group, spawn_group
+from clustertwin.runtime.launch import join, launch, report
 from clustertwin.runtime.psld.ps import Job, block_layout, run_server, run_worker
 
 RATE = 5e6
 
 
-def _rank(rank: int, world: int, port: int, job: Job, queue: Any) -> None:
-    join_group(rank, world, port)
+def _rank(rank: int, job: Job) -> None:
+    join()
     try:
         marks: list = []
         if rank < job.servers:
             run_server(rank, job, marks)
         else:
             run_worker(rank, job, marks)
-        queue.put((rank, marks))
+        report((rank, marks))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -35,7 +33,7 @@ def _rank(rank: int, world: int, port: int, job: Job, queue: Any) -> None:
 def test_throttled_server_overlaps_its_two_directions() -> None:
     numel, blocks = block_layout([8192] * 8, 64 * 1024)
     job = Job(1, 2, numel, blocks, (0,) * len(blocks), 6, "byteps", {}, throttle={0: RATE})
-    marks = dict(spawn_group(_rank, 3, (job,), 3, 120.0))
+    marks = dict(launch(_rank, 3, (job,), limit_s=120.0, expected=3))
     iteration = float(np.median(np.diff([m[1] for m in marks[0]])))
     one_way = job.workers * sum(b.nbytes for b in blocks) / RATE
     assert 0.9 * one_way < iteration < 0.85 * 2 * one_way, (iteration, one_way)

@@ -18,24 +18,17 @@ is refused rather than run with a different meaning.
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
+from clustertwin.runtime.launch import launch
 from clustertwin.scenarios.flexrr_results import frame
 from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.flexrr_setup import items_per_worker, run_tables
 from clustertwin.scenarios.results import RunResult
 
-from clustertwin.errors import InputError, RunFailure
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from clustertwin.errors import InputError
 
 
 def run_real(scenario: FlexRRScenario, out_dir: Path) -> tuple[RunResult, torch.Tensor]:
@@ -63,23 +56,9 @@ def run_real_many(scenarios: list[FlexRRScenario], out_dir: Path) -> list[tuple[
         if s.cluster.workers != world or (s.real.device, s.real.gpus) != (first.device, first.gpus):
             raise ValueError("run_real_many needs one worker count and one runtime device for all scenarios")
     out_dir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    try:
-        mp.start_processes(
-            _entry,
-            args=(world, [s.model_dump_json() for s in scenarios], str(out_dir), port, worker_main),
-            nprocs=world,
-            join=True,
-            start_method="spawn",
-        )
-    except mp.ProcessExitedException as err:  # killed or crashed: torch has stopped the other workers
-        how = f"killed by {err.signal_name}" if err.signal_name else f"exit code {err.exit_code}"
-        raise RunFailure(
-            f"FlexRR worker {err.error_index} died during the run ({how}); the other workers were"
-            " stopped and the run is abandoned with no result"
-        ) from None
-    except mp.ProcessRaisedException as err:  # a Python error inside a worker: keep its traceback text
-        raise RunFailure(f"FlexRR worker {err.error_index} failed; the run is abandoned:\n{err}") from None
+    # a worker that dies (killed or crashed) stops the others: RankFailure names it, no result
+    roles = [f"FlexRR worker {w}" for w in range(world)]
+    launch(worker_main, world, ([s.model_dump_json() for s in scenarios], str(out_dir)), roles=roles)
     return [_collect(s, out_dir / f"run{i}") for i, s in enumerate(scenarios)]
 
 
@@ -104,10 +83,6 @@ def _collect(scenario: FlexRRScenario, run_dir: Path) -> tuple[RunResult, torch.
     messages = messages.sort_values(["sent_s", "src", "dst"], ignore_index=True)
     tables = {"iterations": iterations, "commits": commits, "messages": messages}
     return RunResult(tables=tables, info=info), final
-
-
-def _entry(rank: int, world: int, scenarios_json: list[str], out_dir: str, port: int, main) -> None:
-    main(rank, world, scenarios_json, out_dir, port)
 
 
 __all__ = ["run_real", "run_real_many"]

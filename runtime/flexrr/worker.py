@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import pickle
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -39,6 +38,7 @@ from clustertwin.policies.flexrr.messages import Commit, IterationDone, Message,
 from clustertwin.policies.flexrr.worker import Phase
 from clustertwin.runtime.flexrr.mailbox import StoreMailbox
 from clustertwin.runtime.flexrr.model import MLRProblem, delta_items, problem_for
+from clustertwin.runtime.launch import join
 from clustertwin.scenarios.flexrr_schema import FlexRRReal, FlexRRScenario
 
 from clustertwin.atomic import write_text
@@ -60,14 +60,15 @@ def pick_device(rt: FlexRRReal, rank: int) -> torch.device:
     return device
 
 
-def worker_main(rank: int, world: int, scenarios_json: list[str], out_dir: str, port: int) -> None:
-    """Entry point of one worker process (spawned by ``runtime.flexrr.launch``): run each scenario in
-    turn, writing ``out_dir/run{i}/rank{rank}.json``."""
-    torch.set_num_threads(1)  # one worker per core (§3.2); CPU processes must not fight over threads
+def worker_main(rank: int, scenarios_json: list[str], out_dir: str) -> None:
+    """Entry point of one worker process (started by ``runtime.flexrr.launch`` through
+    ``runtime.launch``): run each scenario in turn, writing ``out_dir/run{i}/rank{rank}.json``."""
     scenarios = [FlexRRScenario.model_validate_json(j) for j in scenarios_json]
     device = pick_device(scenarios[0].real, rank)
-    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=300))
-    dist.init_process_group("gloo", store=dist.PrefixStore("pg", store), rank=rank, world_size=world)
+    # gloo even on CUDA: the group only serves barriers; one thread per worker, one worker per core
+    # (§3.2); the launcher's store is also the parameter table
+    member = join("cpu", "gloo", threads=1)
+    world, store = member.world, member.store
     data: dict[MLRProblem, tuple[torch.Tensor, torch.Tensor]] = {}
     for i, scenario in enumerate(scenarios):
         out = _run_one(f"flexrr/{i}", rank, world, scenario, store, device, data)

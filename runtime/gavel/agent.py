@@ -10,14 +10,17 @@ the round's deadline plus a grace period, kills stragglers, and posts what happe
 renewed were told by the scheduler to save and exit; the agent reaps them. Job processes die with their
 agent (Linux parent-death signal), so a killed agent leaves no orphan that could write a checkpoint
 behind the scheduler's back.
+
+Processes here are not started with ``runtime.launch``: a job is a command line (``torchrun`` for a
+multi-rank job, whose own c10d rendezvous and agent start the ranks), it must outlive one call (a renewed
+lease keeps its process across rounds) and its end is an outcome to report, not a launch failure (a job
+killed at the deadline, a retired one). The parent-death signal is the shared one.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,14 +30,9 @@ from typing import Any
 from clustertwin.runtime.cores import parse_slots, pin_child
 from clustertwin.runtime.gavel.control import POLL_S, ControlPlane
 from clustertwin.runtime.gavel.training_env import training_env
+from clustertwin.runtime.launch import die_with_parent
 
 RETIRE_S = 30.0  # how long a process told to stop may take to save and exit before it is killed
-
-
-def die_with_parent() -> None:
-    """In a child, before exec: receive SIGKILL when the parent dies (PR_SET_PDEATHSIG)."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)
 
 
 def job_preexec(cores: frozenset[int] | None) -> Callable[[], None]:

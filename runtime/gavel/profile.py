@@ -604,9 +604,9 @@ def background_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, required=True, help="pid of the profiler")
     args = parser.parse_args(argv)
 
-    from clustertwin.runtime.gavel.agent import die_with_parent
     from clustertwin.runtime.gavel.lease import Lease, Trainer
     from clustertwin.runtime.gavel.training_env import flush_subnormals
+    from clustertwin.runtime.launch import die_with_parent
     from clustertwin.runtime.workloads import workload_for
 
     die_with_parent()

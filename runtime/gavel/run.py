@@ -36,8 +36,8 @@ from clustertwin.policies.gavel.lease_time import LeaseTime
 from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, RoundPlan, SchedulerConfig
 from clustertwin.policies.registry import make_policy
 from clustertwin.runtime.cores import format_slots, slot_cores
-from clustertwin.runtime.gavel.agent import die_with_parent
 from clustertwin.runtime.gavel.control import ControlPlane
+from clustertwin.runtime.launch import die_with_parent
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.gavel_workload import (
     GavelJob,

@@ -103,17 +103,11 @@ def _save(result: dict, ops: list, rank: int, out_dir: str) -> None:
         torch.save(ops, Path(out_dir, f"ops{rank}.pt"))
 
 
-def rank_main(
-    rank: int,
-    world: int,
-    rendezvous: str,
-    backend: str,
-    workload: Workload,
-    settings: BenchSettings,
-    out_dir: str,
-) -> None:
-    """Entry point of one spawned rank; writes ``rank{rank}.json`` (and the kept op rows) to ``out_dir``."""
-    device = init_rank(rank, world, rendezvous, backend)
+def rank_main(rank: int, backend: str, workload: Workload, settings: BenchSettings, out_dir: str) -> None:
+    """Entry point of one rank (``runtime.launch``); writes ``rank{rank}.json`` (and the kept op rows) to
+    ``out_dir``."""
+    member = init_rank(backend)
+    world, device = member.world, member.device
     executor = StageExecutor(rank, world, device, workload, settings.lr)
     result: dict = {"rank": rank, "world": world, "settings": asdict(settings), "runs": []}
     if world >= 2:

@@ -24,7 +24,6 @@ tensors the executor's tables hold: weights, gradients, stashed inputs/outputs, 
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections import defaultdict
@@ -33,8 +32,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from clustertwin.policies.pipedream.ops import Schedule
+from clustertwin.runtime.launch import Member, join, launch
 from clustertwin.runtime.pipedream.p2p import Channels
 from clustertwin.runtime.pipedream.workload import Workload
 from torch.func import functional_call
@@ -44,16 +43,12 @@ Params = dict[str, torch.Tensor]
 Row = tuple[int, int, int, int, str, int, int, float, float, float]
 
 
-def init_rank(rank: int, world: int, rendezvous: str, backend: str) -> torch.device:
-    """Join the process group (file rendezvous); NCCL ranks use ``cuda:rank``."""
+def init_rank(backend: str) -> Member:
+    """Join the launch's process group (``runtime.launch``): NCCL ranks use ``cuda:<local rank>``, gloo
+    ranks the CPU with one thread each (ranks share the host's cores)."""
     if backend == "nccl":
-        device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(1)  # ranks share the host's cores
-    dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank, world_size=world)
-    return device
+        return join("cuda", backend, threads=None)
+    return join("cpu", backend)
 
 
 def barrier(device: torch.device) -> None:
@@ -302,17 +297,10 @@ class StageExecutor:
 
 
 def _worker(
-    rank: int,
-    world: int,
-    schedules: list[Schedule],
-    workload: Workload,
-    lr: float,
-    backend: str,
-    rendezvous: str,
-    out_dir: str,
+    rank: int, schedules: list[Schedule], workload: Workload, lr: float, backend: str, out_dir: str
 ) -> None:
-    device = init_rank(rank, world, rendezvous, backend)
-    executor = StageExecutor(rank, world, device, workload, lr)
+    member = init_rank(backend)
+    executor = StageExecutor(rank, member.world, member.device, workload, lr)
     results = []
     for schedule in schedules:
         record = executor.run(schedule, fresh=True)
@@ -320,27 +308,21 @@ def _worker(
         final = executor.final() if worker.replica == 0 else {}
         results.append({"rows": record.rows, "final": final})
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-    barrier(device)
+    barrier(member.device)
     dist.destroy_process_group()
 
 
 def run_many(
     schedules: list[Schedule], workload: Workload, lr: float = 0.1, backend: str = "gloo"
 ) -> list[tuple[list[Row], dict[int, Params]]]:
-    """Spawn one process per worker once and run each schedule (all with the same number of workers)
+    """Start one process per worker once and run each schedule (all with the same number of workers)
     from fresh weights; per schedule, the op rows of every rank (the ``ops`` table columns, times from
     a common barrier) and the final weights of every chunk."""
     world = len(schedules[0].workers)
     if any(len(s.workers) != world for s in schedules):
-        raise ValueError("every schedule of one spawn needs the same number of workers")
+        raise ValueError("every schedule of one launch needs the same number of workers")
     with tempfile.TemporaryDirectory(prefix="pipedream-") as tmp:
-        rendezvous = os.path.join(tmp, "rendezvous")
-        mp.spawn(
-            _worker,
-            args=(world, schedules, workload, lr, backend, rendezvous, tmp),
-            nprocs=world,
-            join=True,
-        )
+        launch(_worker, world, (schedules, workload, lr, backend, tmp))
         per_rank = [torch.load(Path(tmp) / f"rank{r}.pt") for r in range(world)]
     out = []
     for i in range(len(schedules)):

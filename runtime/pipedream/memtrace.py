@@ -11,14 +11,13 @@ caching allocator's 512-byte rounding.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from clustertwin.policies.pipedream.ops import Schedule
+from clustertwin.runtime.launch import launch
 from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, init_rank
 from clustertwin.runtime.pipedream.workload import Workload
 
@@ -36,9 +35,10 @@ def _allocations(prof: torch.profiler.profile) -> list[tuple[int, int]]:
     return out
 
 
-def _rank(rank: int, world: int, schedules: list[Schedule], workload: Workload, lr: float, tmp: str) -> None:
-    device = init_rank(rank, world, os.path.join(tmp, "rendezvous"), "gloo")
-    executor = StageExecutor(rank, world, device, workload, lr)
+def _rank(rank: int, schedules: list[Schedule], workload: Workload, lr: float, tmp: str) -> None:
+    member = init_rank("gloo")
+    device = member.device
+    executor = StageExecutor(rank, member.world, device, workload, lr)
     peaks = []
     for schedule in schedules:
         barrier(device)
@@ -60,6 +60,6 @@ def allocated_peaks(schedules: list[Schedule], workload: Workload, lr: float = 0
     """Per schedule, per rank: the peak bytes allocated during one fresh run on CPU (gloo)."""
     world = len(schedules[0].workers)
     with tempfile.TemporaryDirectory(prefix="pipedream-mem-") as tmp:
-        mp.spawn(_rank, args=(world, schedules, workload, lr, tmp), nprocs=world, join=True)
+        launch(_rank, world, (schedules, workload, lr, tmp))
         per_rank = [torch.load(Path(tmp, f"peaks{r}.pt")) for r in range(world)]
     return [[per_rank[r][i] for r in range(world)] for i in range(len(schedules))]

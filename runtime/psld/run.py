@@ -43,8 +43,8 @@ What maps onto the runtime:
   (ADD_SERVER); in vanilla mode the moved blocks' parameters and momentum migrate to it at k* like any
   reassignment's (``ps._migrate``).
 * **Failures**: a rank that dies (a PS SIGKILLed mid-run, say) fails the launch within a fraction of a
-  second: ``launch.spawn_group`` stops the other ranks (their gloo ops may be blocked on the dead peer)
-  and raises ``launch.GroupFailure`` naming the rank ("PS 1 (rank 1) died during the run (killed by
+  second: ``runtime.launch.launch`` stops the other ranks (their gloo ops may be blocked on the dead
+  peer) and raises ``RankFailure`` naming the rank ("PS 1 (rank 1) died during the run (killed by
   SIGKILL) ..."); no table is returned and no process outlives the call. There is no recovery: a
   PS's blocks have no second copy. ``CLUSTERTWIN_PSLD_KILL=RANK:K`` (tests) makes PS RANK SIGKILL itself
   after PREPARE K of the main run.
@@ -202,13 +202,13 @@ def _rates(scenario: PSLDScenario, what: str) -> dict[int, float] | None:
 
 
 # -- processes ------------------------------------------------------------------------------------
-def _main(rank: int, world: int, port: int, runs: list[tuple[Any, float]], queue: Any) -> None:
+def _main(rank: int, runs: list[tuple[Any, float]]) -> None:
     """One rank of a launch that runs ``runs`` (job, duration_s) one after another on one process group,
     each as a 1-iteration probe (first touches) and then the job itself."""
     import torch.distributed as dist
-    from clustertwin.runtime.psld.launch import join_group
+    from clustertwin.runtime.launch import join, report
 
-    join_group(rank, world, port)
+    join()
     try:
         first = runs[0][0]
         if rank >= first.ps_ranks and first.device == "cuda":
@@ -220,7 +220,7 @@ def _main(rank: int, world: int, port: int, runs: list[tuple[Any, float]], queue
             ps.deterministic_cuda()
             ps.compute_gradient(ps.initial_params(first.numel), w, 0, first, ps.worker_device(first, w))
         for index, (main, duration_s) in enumerate(runs):
-            queue.put((index, rank, *_run_one(rank, main, duration_s)))
+            report((index, rank, *_run_one(rank, main, duration_s)))
             dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -265,12 +265,21 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
 
 
 def _launch(runs: list[tuple[Any, float]], progress) -> list[dict[int, tuple]]:
-    from clustertwin.runtime.psld.launch import roles, spawn_group
+    from clustertwin.runtime.launch import launch
+    from clustertwin.runtime.psld.launch import roles
 
     first = runs[0][0]
     world = first.ps_ranks + first.workers
     limit = sum(300 + 20 * d for _, d in runs)
-    items = spawn_group(_main, world, (runs,), world * len(runs), limit, progress, roles(first))
+    items = launch(
+        _main,
+        world,
+        (runs,),
+        roles=roles(first),
+        limit_s=limit,
+        expected=world * len(runs),
+        progress=progress,
+    )
     out: list[dict[int, tuple]] = [{} for _ in runs]
     for index, rank, *rest in items:
         out[index][rank] = tuple(rest)

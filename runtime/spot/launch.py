@@ -17,6 +17,12 @@ Then the fault-tolerance scheme (``policies.spot.FAULT_TOLERANCE``) says what ha
   the launcher asks the servers to write their partitions at a future clock (atomic files; a manifest
   once all are in). On an eviction it SIGKILLs the doomed processes and stops the whole job, then starts
   the survivors afresh (new processes) from the last complete checkpoint, read back from disk.
+
+The processes are not started with ``runtime.launch``, whose rule is that any dead rank fails the
+launch: here the launcher SIGKILLs transient processes on purpose, the set of processes changes from
+epoch to epoch, and a restart must be cheap (a forkserver that has imported torch, ``_context``). The
+processes form no process group; they talk through the launcher's store (``runtime.launch.host_store``),
+as the ranks of a launch rendezvous on it.
 """
 
 from __future__ import annotations
@@ -27,15 +33,16 @@ import pickle
 import signal
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from clustertwin.policies.agileml import plan_recovery
+from clustertwin.runtime.launch import host_store
 from clustertwin.runtime.spot.controller import Controller, Epoch
 from clustertwin.runtime.spot.driver import EvictionEvent, schedule
 from clustertwin.runtime.spot.model import MLR, partition_bounds
+from clustertwin.runtime.spot.process import STORE_TIMEOUT_S
 
 from clustertwin.atomic import write_text
 from clustertwin.errors import RunFailure
@@ -63,8 +70,6 @@ class Launcher:
     """One real run of a spot scenario's ``real:`` section (see the module docstring)."""
 
     def __init__(self, scenario, out_dir: Path) -> None:
-        import torch.distributed as dist
-
         real = scenario.real
         self.sc = real
         self.scheme = scenario.fault_tolerance_scheme(
@@ -82,9 +87,7 @@ class Launcher:
         self.ctrl = Controller(real.reliable_names, real.transient_names, self.scheme)
         self.n = self.ctrl.n_partitions
         self.bounds = partition_bounds(self.mlr.numel, self.n)
-        self.base = dist.TCPStore(
-            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
-        )
+        self.base = host_store(STORE_TIMEOUT_S)
         self.port = self.base.port
         self.rec = JobRecord(n_partitions=self.n, log_dir=self.log_dir)
         self.phase = -1

@@ -31,7 +31,6 @@ import os
 import pickle
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ import numpy as np
 
 from clustertwin.atomic import write_atomically
 
+STORE_TIMEOUT_S = 60.0  # how long a store operation waits (the launcher and its processes alike)
 POLL_S = 0.002  # how often a waiting process re-checks the store
 HISTORY = 64  # consistent BackupPS states kept per partition
 
@@ -73,12 +73,13 @@ class TrainingProcess:
     def __init__(self, name: str, port: int, spec: dict[str, Any]) -> None:
         import torch
         import torch.distributed as dist
+        from clustertwin.runtime.launch import connect_store
         from clustertwin.runtime.spot.model import MLR, partition_bounds
 
         torch.set_num_threads(1)
         self.name = name
         self.spec = spec
-        base = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+        base = connect_store(port, timeout_s=STORE_TIMEOUT_S)
         self.base = base
         self.st = dist.PrefixStore(f"ph{spec['phase']}", base)
         self.problem = MLR(**spec["mlr"])
