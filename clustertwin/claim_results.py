@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clustertwin.atomic import write_json
+from clustertwin.atomic import write_json, write_text
 
 EXIT_HOLD = 0  # every gated claim holds
 EXIT_MISS = 1  # a gated claim does not hold (2, bad input, is the command line's)
@@ -120,13 +120,55 @@ def print_claims(rows: Sequence[ClaimRow], title: str, name: str) -> None:
         table.add_row(*(escape(c) for c in cells))
     Console(width=max(Console().width, 160), file=sys.stdout).print(table)
     if any(r.holds is not None and not r.gated for r in rows):
-        print(f"(not gated): checked and saved, but does not decide the exit status; docs/{name}.md says why")
+        print(
+            "(not gated): checked and saved, but does not decide the exit status;"
+            f" docs/algorithms/{name}.md says why"
+        )
         missed: dict[str, list[str]] = {}  # one line per reason, naming the rows it covers
         for r in rows:
             if r.holds is False and not r.gated:
                 missed.setdefault(r.why or "no reason given", []).append(r.id)
         for why, ids in missed.items():
             print(f"  {', '.join(ids)}: {why}")
+
+
+def markdown_section(data: dict[str, object]) -> str:
+    """A saved ``claims.json`` as a Markdown section: its summary line and one table row per claim."""
+    claims = data["claims"]
+    assert isinstance(claims, list)
+    quick = " (--quick)" if data.get("quick") else ""
+    lines = [
+        f"## {data['name']}{quick}",
+        "",
+        f"{data['paper']}. Seeds {data.get('seeds')}. **{data['summary']}**",
+        "",
+        "| id | claim | source | paper | ours | accept | holds | why it may differ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in claims:
+        ours = f"{c['ours']:.4g}" if isinstance(c["ours"], int | float) else str(c["ours"])
+        paper = f"{c['paper']:.4g}" if isinstance(c["paper"], int | float) else str(c["paper"])
+        accept = "reported" if c["accept"] is None else f"[{c['accept'][0]:.4g}, {c['accept'][1]:.4g}]"
+        holds = "-" if c["holds"] is None else ("yes" if c["holds"] else "**no**")
+        if not c["gated"] and c["holds"] is not None:
+            holds += " (not gated)"
+        cells = (c["id"], c["claim"], c["source"], paper, ours, accept, holds, c["why"] or "")
+        lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def update_markdown(path: Path, data: dict[str, object]) -> Path:
+    """Put the claim set's section into the Markdown file ``path`` (created if missing), replacing the
+    section an earlier run of the same set wrote there; the rest of the file is kept."""
+    start, end = f"<!-- reproduce {data['name']} -->", f"<!-- /reproduce {data['name']} -->"
+    section = f"{start}\n{markdown_section(data)}{end}\n"
+    text = path.read_text(encoding="utf-8") if path.is_file() else "# Reproduction\n\n"
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + section + rest.split(end, 1)[1].lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    return write_text(path, text)
 
 
 def _band(row: ClaimRow) -> str:

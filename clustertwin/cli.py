@@ -118,6 +118,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     reproduce.add_argument("--out", type=Path, help="results folder (default: runs/reproduce-<name>[-quick])")
     reproduce.add_argument("--workers", type=_positive_int, help="parallel simulations (default: CPU count)")
+    reproduce.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="also write the claims as a Markdown section of FILE (e.g. docs/reproduction.md), replacing"
+        " the section an earlier run of the same set wrote",
+    )
     reproduce.set_defaults(handler=_reproduce)
 
     compare = commands.add_parser(
@@ -316,7 +323,13 @@ def _reproduce(args: argparse.Namespace) -> int:
             continue
         names = list(spec.reproduce.names())
         if args.name in names:
-            return spec.reproduce.run(args.name, args.quick, out=out, workers=args.workers)
+            code = spec.reproduce.run(args.name, args.quick, out=out, workers=args.workers)
+            if args.markdown is not None:
+                from clustertwin.claim_results import CLAIMS_FILE, update_markdown
+
+                data = json.loads((out / CLAIMS_FILE).read_text(encoding="utf-8"))
+                print(update_markdown(args.markdown, data))
+            return code
         known += names
     raise InputError(f"reproduce {args.name}", f"no such claim set; known: {', '.join(sorted(known))}")
 

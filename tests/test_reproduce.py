@@ -121,3 +121,17 @@ def test_help_documents_the_exit_status(capsys) -> None:
     assert caught.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "0 every gated claim holds; 1 a gated claim does not hold; 2 bad input" in text
+
+
+def test_markdown_writes_and_then_replaces_the_sets_section(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(claims, "CLAIMS_DIR", claim_set(tmp_path, "[1.0, 100.0]"))
+    page = tmp_path / "reproduction.md"
+    page.write_text("# Reproduction\n\nWritten by the tools.\n")
+    args = ["reproduce", "tiny", "--quick", "--out", str(tmp_path / "out"), "--workers", "1"]
+    assert main([*args, "--markdown", str(page)]) == 0
+    first = page.read_text()
+    assert first.startswith("# Reproduction\n\nWritten by the tools.\n")
+    assert "<!-- reproduce tiny -->\n## tiny (--quick)" in first and "1 of 1 gated claims hold" in first
+    assert "| aware-beats-agnostic |" in first and "| yes |" in first
+    assert main([*args, "--markdown", str(page)]) == 0  # a rerun replaces its own section
+    assert page.read_text().count("<!-- reproduce tiny -->") == 1
