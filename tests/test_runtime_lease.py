@@ -166,7 +166,14 @@ def test_renewed_leases_train_on_from_memory_and_save_only_when_stopped(tmp_path
         process.kill()
     assert control.get("job/7/0/saved") == 5
     workload = workload_for("Recommendation (batch size 512)")
-    run_lease(workload, tmp_path / "straight.pt", Lease(5, 1e9), total_steps=100)
+    # The job process ran on one thread (OMP_NUM_THREADS=1); so does the straight run, since a matmul
+    # split over more threads sums in another order and the two would differ in the last bits.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_lease(workload, tmp_path / "straight.pt", Lease(5, 1e9), total_steps=100)
+    finally:
+        torch.set_num_threads(threads)
     a = load(ckpt, workload, 0, torch.device("cpu"))
     b = load(tmp_path / "straight.pt", workload, 0, torch.device("cpu"))
     assert a.step == b.step == 5
