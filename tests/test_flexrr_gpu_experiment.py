@@ -43,6 +43,10 @@ FINITE = (
 )
 
 
+# The experiment runs once for the module (about 15 s on 2 cores): with the other experiments, slow.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     out = tmp_path_factory.mktemp("flexrr-gpu")

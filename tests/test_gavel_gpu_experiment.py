@@ -52,6 +52,7 @@ def test_an_unfinished_run_is_compared_on_its_finished_jobs(tmp_path: Path) -> N
     assert las["avg_jct_error"] == pytest.approx(las["avg_jct_sim_s"] / jct - 1.0)
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_compared_with_its_own_policys_calibration(tmp_path: Path) -> None:
     work = tmp_path / "ftf"
     made = shutil.ignore_patterns("compare-*", "realised-*", "results.json")
@@ -64,6 +65,7 @@ def test_a_finished_run_is_compared_with_its_own_policys_calibration(tmp_path: P
         assert ftf[key] == committed[key], key  # the simulator is deterministic
 
 
+@pytest.mark.slow
 def test_realised_calibration_takes_each_pairs_rate_from_its_rounds(tmp_path: Path) -> None:
     """Renewed rounds give a pair's steady rate; a pair that only started afresh gets its started rounds
     less the restart time the run measured; a pair that never trained keeps its profile."""

@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 from experiments.pipedream_gpu import main  # noqa: E402
 
 
+@pytest.mark.slow
 def test_cpu_run_produces_every_row(tmp_path, capsys):
     assert main(["run", "--out", str(tmp_path), "--device", "cpu", "--gpus", "2"]) == 0
     files = sorted(p.name for p in tmp_path.iterdir())

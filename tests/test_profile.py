@@ -259,6 +259,7 @@ def _record_background(monkeypatch: pytest.MonkeyPatch) -> list[profile.Backgrou
     return started
 
 
+@pytest.mark.slow
 def test_under_load_profile_runs_background_jobs_and_writes_the_csv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
