@@ -114,7 +114,7 @@ def test_report_saves_every_row_and_ends_with_the_summary(tmp_path: Path, capsys
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == summary_line(rows)
     assert any("cheap: 2016 prices" in line for line in printed)  # a checked row that is not gated: its why
-    assert any("(not gated)" in line and "docs/toy.md" in line for line in printed)
+    assert any("(not gated)" in line and "docs/algorithms/toy.md" in line for line in printed)
 
 
 def test_repeated_ids_are_refused(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_only_gated_rows_decide_the_exit_status(
     printed = capsys.readouterr().out
     marked = any(r.holds is not None and not r.gated for r in rows)
     assert ("(not gated)" in printed) == marked
-    assert ("docs/toy.md" in printed) == marked
+    assert ("docs/algorithms/toy.md" in printed) == marked
 
 
 def test_a_row_gates_by_default_unless_it_is_reported_only() -> None:
