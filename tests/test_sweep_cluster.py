@@ -91,7 +91,7 @@ def test_same_spec_runs_on_a_ray_cluster_by_address(
 
 
 def _session_processes(sid: int) -> list[str]:
-    """The live processes of session ``sid`` (a driver started in a session of its own), by command."""
+    """The commands of the live processes whose POSIX session id is ``sid`` (a driver started with setsid)."""
     import psutil
 
     found = []
