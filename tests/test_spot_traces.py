@@ -195,8 +195,9 @@ def test_preemption_loaders(tmp_path: Path) -> None:
         load_availability_log(tmp_path / "bad.out")
 
     slots = tmp_path / "s.json"
+    # 1 marks a preempted slot in the source repository, so availability is its negation.
     slots.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0, 1, 1]}))
-    assert list(load_slot_availability(slots)["available"]) == [False, True, True]
+    assert list(load_slot_availability(slots)["available"]) == [True, False, False]
 
     nodes = tmp_path / "n.csv"
     nodes.write_text("0,add,node1\r\n0,add,node2\r\n2040000,remove,node1\r\n")

@@ -8,7 +8,8 @@ Each loader returns a pandas table with a documented column contract; malformed 
   ``event`` (created | running | preempted | creation_failed | deleted), ``instance_id`` ("" when none),
   ``gpus`` (-1 when unknown), ``gpu_type``, ``zone``.
 * :func:`load_slot_availability` — skypilot-spot-strategy JSON ``{"metadata": {"gap_seconds": g},
-  "data": [0|1, ...]}``. Columns: ``start_s``, ``end_s``, ``available`` (bool).
+  "data": [0|1, ...]}`` where 1 means preempted. Columns: ``start_s``, ``end_s``, ``available`` (bool,
+  the negation of the slot's value).
 * :func:`load_node_events` — Bamboo's ``offset_ms,add|remove,node`` (no header, CRLF allowed; the data
   README calls the first column ``delta_ms``, but it is the offset from the trace start: it never
   decreases and its last value, 40.9 M ms = 11.4 h, is the trace length). Columns: ``time_s``,
@@ -123,7 +124,12 @@ def _lifetime(start: dict, stop: pd.Timestamp, preempted: bool) -> tuple:
 
 
 def load_slot_availability(path: str | Path) -> pd.DataFrame:
-    """Parse a skypilot-spot-strategy availability JSON (one 0/1 per fixed-width slot)."""
+    """Parse a skypilot-spot-strategy slot trace: one 0/1 per fixed-width slot, **1 = preempted**.
+
+    The source repository writes 1 for a slot in which its instance was preempted and 0 for one in
+    which an instance could be created, and its simulator reads ``available = not trace[slot]``; the
+    ``available`` column returned here is that negation.
+    """
     path = Path(path)
     data = read_json(path)
     try:
@@ -141,7 +147,7 @@ def load_slot_availability(path: str | Path) -> pd.DataFrame:
         {
             "start_s": [i * gap for i in range(n)],
             "end_s": [(i + 1) * gap for i in range(n)],
-            "available": [bool(v) for v in slots],
+            "available": [not v for v in slots],
         }
     )
 
