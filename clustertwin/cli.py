@@ -104,9 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     reproduce = commands.add_parser(
         "reproduce",
         help="check our numbers against a paper's claims",
-        description="reproduce NAME: run a paper's claim set (gavel, flexrr, psld, proteus, pipedream), print"
-        " claim | paper | ours | accept | holds, save <out>/claims.json and end with a summary line naming"
-        " each gated claim that does not hold and why.",
+        description="reproduce NAME: run a paper's claim set (gavel, cloud, flexrr, psld, proteus,"
+        " pipedream), print claim | paper | ours | accept | holds, save <out>/claims.json and end with a"
+        " summary line naming each gated claim that does not hold and why.",
         epilog="exit status: 0 every gated claim holds; 1 a gated claim does not hold; 2 bad input (an"
         " unknown claim set, an invalid claims file or option).",
     )

@@ -107,6 +107,24 @@ def _summary(metrics: dict[str, float], info: dict[str, Any]) -> Any:
     return table
 
 
+def claim_set_names() -> list[str]:
+    from clustertwin.scenarios.claims import claim_set_names as names
+
+    return names()
+
+
+def _reproduce(name: str, quick: bool, *, out: Path, workers: int | None = None) -> int:
+    """Gavel's claim sets (ch. 5, ratios of two simulations) and ``cloud`` (ch. 6, the cloud-pricing
+    what-ifs: a replay of the chapter's price logs)."""
+    if name == "cloud":
+        from clustertwin.reproduce_cloud import reproduce as reproduce_cloud
+
+        return reproduce_cloud(name, quick, out=out, workers=workers)
+    from clustertwin.reproduce import reproduce
+
+    return reproduce(name, quick, out=out, workers=workers)
+
+
 SPEC = KindSpec(
     name="gavel",
     description="Gavel: heterogeneity-aware GPU cluster scheduling, job level (policies as LPs, rounds)",
@@ -121,9 +139,7 @@ SPEC = KindSpec(
     plot=lazy("clustertwin.analysis.gavel_plots:plot_run"),
     summary=_summary,
     comparison=Comparison(tuple(COMPARED), _compare),
-    reproduce=Reproduce(
-        lazy("clustertwin.scenarios.claims:claim_set_names"), lazy("clustertwin.reproduce:reproduce")
-    ),
+    reproduce=Reproduce(lambda: [*claim_set_names(), "cloud"], _reproduce),
     profile=lazy("clustertwin.profile_gavel:profile_gavel"),
     bench=lazy("clustertwin.bench_gavel:bench_gavel"),
 )
