@@ -106,16 +106,16 @@ def _profile(scenario: PipeDreamScenario) -> tuple[Any, Any]:
             f"real.model: {len(layers)} layers; raise model.max_blocks to at least that (a real run plans"
             " every layer)",
         )
-    x, _ = source.microbatch(0, scenario.microbatch_size, (), 1)
-    shapes, dtypes = trace_shapes(layers, x)
-    classes_shape, classes = shapes[-1][1:-1], shapes[-1][-1]
-    x, y = source.microbatch(0, scenario.microbatch_size, classes_shape, classes)
     device = torch.device("cuda", 0) if real.device == "cuda" else torch.device("cpu")
     threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(1)  # as each rank runs
     try:
         model = nn.Sequential(*layers).to(device)
+        x, _ = source.microbatch(0, scenario.microbatch_size, (), 1)
+        shapes, dtypes = trace_shapes(list(model), x.to(device))
+        classes_shape, classes = shapes[-1][1:-1], shapes[-1][-1]
+        x, y = source.microbatch(0, scenario.microbatch_size, classes_shape, classes)
         measured = profile_layers(
             model, x.to(device), real.profile_iterations, 1, real.model, loss=(loss, y.to(device))
         )
