@@ -12,6 +12,8 @@ import math
 
 from clustertwin.scenarios.results import RunResult
 
+REAL_RUN_PREFIXES = ("own_sim_", "ddp_", "speedup_over_ddp", "link_")
+
 
 def pipedream_metrics(result: RunResult) -> dict[str, float]:
     """Flat metrics: makespan, samples/s, bubble fraction (overall and worst device), communication
@@ -32,6 +34,10 @@ def pipedream_metrics(result: RunResult) -> dict[str, float]:
         "allreduce_bytes": float(ops.loc[ops["kind"] == "allreduce", "bytes"].sum()),
         "peak_memory_gib_max": float(devices["peak_memory_bytes"].max() / 2**30) if n else math.nan,
     }
+    # A real run's own simulation and data-parallel baseline (``clustertwin/pipedream_real.py``).
+    for key, value in result.info.items():
+        if key.startswith(REAL_RUN_PREFIXES) and isinstance(value, int | float):
+            metrics[key] = float(value)
     for row in devices.itertuples(index=False):
         metrics[f"peak_memory_gib_dev{row.device}"] = float(row.peak_memory_bytes) / 2**30
         metrics[f"peak_stashes_dev{row.device}"] = float(row.peak_stashes)

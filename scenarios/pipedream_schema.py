@@ -9,6 +9,7 @@ from typing import Literal
 from clustertwin.policies.pipedream.planners import PLANNERS
 from clustertwin.policies.pipedream.schedules import SCHEDULES, names_where, schedule_spec
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
+from clustertwin.scenarios.pipedream_real_section import PipeDreamReal
 from clustertwin.scenarios.registry_fields import registered
 from clustertwin.traces.pipedream_profile import BUNDLED_BATCH_SIZES
 from pydantic import (
@@ -28,7 +29,8 @@ PIPEDREAM_PATH_FIELDS: dict[str, tuple[str, ...]] = {"model.profile": tuple(BUND
 class PipeDreamModel(_Strict):
     """Which per-layer profile to plan and simulate."""
 
-    profile: str = "vgg16"  # a bundled model name or a path to a PipeDream graph.txt
+    # a bundled model name, a path to a PipeDream graph.txt, or a real run's folder (its measured profile)
+    profile: str = "vgg16"
     profile_batch_size: PositiveInt | None = None  # samples per profiled minibatch (bundled: known)
     max_blocks: PositiveInt = 64  # coarsen bigger graphs to this many blocks for the planner
 
@@ -36,6 +38,8 @@ class PipeDreamModel(_Strict):
     def _profile_exists(self) -> PipeDreamModel:
         if self.profile in BUNDLED_BATCH_SIZES:
             return self
+        if (Path(self.profile) / "layers.parquet").exists():
+            return self  # a real run's measured profile, at that run's microbatch size
         if not Path(self.profile).exists():
             raise ValueError(
                 f"profile must be a bundled model ({', '.join(BUNDLED_BATCH_SIZES)}) or a graph.txt path;"
@@ -112,6 +116,9 @@ class PipeDreamMemory(_Strict):
     recompute: bool = False
     gradient_factor: NonNegativeFloat = 1.0
     optimizer_factor: NonNegativeFloat = 2.0  # Adam: 2; SGD with momentum: 1
+    # persistent: allocated once (DDP buckets); per_update: from the first backward after an update to
+    # the update, as the real runtime does (sim.pipedream.model.MemoryModel)
+    gradient_buffer: Literal["persistent", "per_update"] = "persistent"
 
 
 class PipeDreamScenario(ScenarioBase):
@@ -134,6 +141,7 @@ class PipeDreamScenario(ScenarioBase):
     overlap_allreduce: bool = True
     planner: PipeDreamPlanner = PipeDreamPlanner()
     memory: PipeDreamMemory = PipeDreamMemory()
+    real: PipeDreamReal | None = None  # --backend real only
 
     _known_schedule = field_validator("schedule")(registered(SCHEDULES))
 

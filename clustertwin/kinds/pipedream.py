@@ -1,6 +1,6 @@
 """Kind ``pipedream``: pipeline-parallel training at op level ("PipeDream: Generalized Pipeline
 Parallelism for DNN Training", §3: the planner and 1F1B; also 2BW, Flush, GPipe and interleaved
-schedules), simulated."""
+schedules), simulated, and run for real on gloo or NCCL processes from a profile of a real model."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ SPEC = KindSpec(
     check_tables=lazy("clustertwin.scenarios.pipedream_results:check_pipedream_tables"),
     metrics=result_metrics("clustertwin.analysis.pipedream_metrics:pipedream_metrics"),
     simulate=lazy("clustertwin.sim.pipedream:run"),
+    run_real=lazy("clustertwin.pipedream_real:run_real"),
+    check=lazy("clustertwin.pipedream_real:check"),
     # Whether a plan fits its devices depends on the order of the schedule's ops, so the check is the
     # op-level simulation itself; it takes about a second, and validate runs it.
     prepare=lazy("clustertwin.sim.pipedream:run"),

@@ -95,6 +95,15 @@ class RunRecord:
     peak_bytes: float  # max_memory_allocated on CUDA; held-tensor accounting on CPU
 
 
+def boundaries(workload: Workload, chunks: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """Shape and dtype of the activation after each chunk but the last: the workload's own list where
+    its boundaries differ (``boundaries``), else its one ``boundary`` for all."""
+    per_boundary = getattr(workload, "boundaries", None)
+    if per_boundary is not None:
+        return list(per_boundary(chunks))
+    return [workload.boundary(chunks)] * max(chunks - 1, 0)
+
+
 def _nbytes(tensors) -> int:
     seen: dict[int, int] = {}
     for t in tensors:
@@ -151,8 +160,7 @@ class StageExecutor:
             self.load(schedule)
         last = schedule.num_chunks - 1
         scale = 1.0 / schedule.batch_microbatches
-        shape, dtype = self.workload.boundary(schedule.num_chunks)
-        self.channels.start(schedule, shape, dtype)
+        self.channels.start(schedule, boundaries(self.workload, schedule.num_chunks))
         data = {
             op.microbatch: self.workload.microbatch(op.microbatch, self.device)
             for op in worker.ops

@@ -22,7 +22,7 @@ from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, in
 from clustertwin.runtime.pipedream.workload import Workload
 
 
-def _allocations(prof: torch.profiler.profile) -> list[tuple[int, int]]:
+def allocations(prof: torch.profiler.profile) -> list[tuple[int, int]]:
     """(time ns, signed bytes) of every allocator event of ``prof``, in time order."""
     out: list[tuple[int, int]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
@@ -47,7 +47,7 @@ def _rank(rank: int, schedules: list[Schedule], workload: Workload, lr: float, t
             executor.run(schedule, fresh=True)
             executor.modules, executor.weights, executor.layout = {}, {}, None
         total = peak = 0
-        for _, nbytes in _allocations(prof):
+        for _, nbytes in allocations(prof):
             total += nbytes
             peak = max(peak, total)
         peaks.append(float(peak))

@@ -2,7 +2,8 @@
 
 NCCL ignores tags and runs the p2p ops of one communicator in issue order on one stream, so:
 
-- every message has a fixed, known shape (``Workload.boundary``); no shape header is sent;
+- every message has a fixed, known shape, one per chunk boundary (``workload.boundaries``); no shape
+  header is sent;
 - each (sender, receiver, kind) "channel" has its own process group, so activations and gradients,
   and the two directions of a pair, never queue behind each other on one NCCL stream;
 - a receiver consumes each channel in the sender's op order: the schedule is data ([Narayanan] §2.4.2;
@@ -63,8 +64,7 @@ class Channels:
         self.expected: dict[Channel, deque[Key]] = {}
         self.posted: dict[Key, tuple[object, torch.Tensor]] = {}
         self.sending: list[tuple[object, torch.Tensor]] = []
-        self.shape: tuple[int, ...] = ()
-        self.dtype = torch.float32
+        self.shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
 
     def connect(self, channels: list[Channel]) -> None:
         """Create the communicators of ``channels`` (the same list on every rank) with a one-element
@@ -81,20 +81,27 @@ class Channels:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def start(self, schedule: Schedule, shape: tuple[int, ...], dtype: torch.dtype) -> None:
-        """Prepare for one run of ``schedule``: every message has ``shape`` and ``dtype``."""
+    def start(self, schedule: Schedule, shapes: list[tuple[tuple[int, ...], torch.dtype]]) -> None:
+        """Prepare for one run of ``schedule``: ``shapes[b]`` is the shape and dtype of the activation
+        from chunk ``b`` to chunk ``b + 1`` (and of its gradient)."""
         orders = channel_orders(schedule)
         self.connect(list(orders))
         if self.posted or self.sending:
             raise RuntimeError("a previous run left messages in flight")
         self.expected = {ch: deque(keys) for ch, keys in orders.items() if ch[1] == self.rank}
-        self.shape, self.dtype = shape, dtype
+        self.shapes = shapes
+
+    def boundary(self, key: Key) -> tuple[tuple[int, ...], torch.dtype]:
+        """Shape and dtype of message ``key``: an activation consumed by chunk c crossed boundary c-1,
+        a gradient consumed by chunk c crossed boundary c."""
+        return self.shapes[key[2] - 1 if key[0] == "act" else key[2]]
 
     def send(self, key: Key, tensor: torch.Tensor, dst: int) -> None:
-        if tensor.shape != self.shape or tensor.dtype != self.dtype:
+        shape, dtype = self.boundary(key)
+        if tensor.shape != shape or tensor.dtype != dtype:
             raise RuntimeError(
-                f"{key} is {tuple(tensor.shape)} {tensor.dtype}; the workload declared {self.shape}"
-                f" {self.dtype} for chunk boundaries (NCCL messages carry no shape)"
+                f"{key} is {tuple(tensor.shape)} {tensor.dtype}; the workload declared {shape} {dtype}"
+                " for that chunk boundary (NCCL messages carry no shape)"
             )
         payload = tensor.detach().contiguous()
         work = dist.isend(payload, dst, group=self.groups[(self.rank, dst, key[0])])
@@ -108,7 +115,8 @@ class Channels:
             if not queue:
                 raise RuntimeError(f"rank {self.rank} waits for {key} from rank {src}, which never sends it")
             nxt = queue.popleft()
-            buf = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            shape, dtype = self.boundary(nxt)
+            buf = torch.empty(shape, dtype=dtype, device=self.device)
             self.posted[nxt] = (dist.irecv(buf, src, group=self.groups[ch]), buf)
         work, buf = self.posted.pop(key)
         work.wait()  # NCCL: the compute stream waits for the recv; the host does not block

@@ -15,6 +15,7 @@ from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult
 from clustertwin.sim.pipedream.executor import SimOutcome, simulate
+from clustertwin.sim.pipedream.measured import is_run_folder, measured_costs, planner_profile, read_layers
 from clustertwin.sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
 from clustertwin.traces.pipedream_profile import (
     BUNDLED_BATCH_SIZES,
@@ -32,6 +33,8 @@ GIB = 2.0**30
 def scenario_profile(scenario: PipeDreamScenario) -> ModelProfile:
     """The scenario's profile, rescaled to its microbatch size and coarsened for the planner."""
     spec = scenario.model
+    if is_run_folder(spec.profile):  # measured at the real run's microbatch size: not rescaled
+        return planner_profile(read_layers(spec.profile), scenario.microbatch_size)
     if spec.profile in BUNDLED_BATCH_SIZES:
         raw = bundled_profile(spec.profile)
     else:
@@ -92,10 +95,11 @@ def chunk_costs(profile: ModelProfile, stages: Sequence[StagePlan]) -> list[Chun
 
 
 def build(
-    scenario: PipeDreamScenario,
+    scenario: PipeDreamScenario, profile: ModelProfile | None = None
 ) -> tuple[ModelProfile, PartitionPlan, Schedule, list[ChunkCost], list[Device]]:
-    """Everything the executor needs, without running it (also used by the real runtime and tests)."""
-    profile = scenario_profile(scenario)
+    """Everything the executor needs, without running it (also used by the real runtime and tests);
+    ``profile``: plan this one instead of the scenario's."""
+    profile = profile or scenario_profile(scenario)
     plan = plan_stages(scenario, profile)
     spec = schedule_spec(scenario.schedule)
     replicas = tuple(s.replicas for s in plan.stages)
@@ -119,7 +123,12 @@ def build(
         Device(speed=speeds[i], memory_bytes=c.memory_gib * GIB, server=i // c.devices_per_server)
         for i in range(len(schedule.workers))
     ]
-    return profile, plan, schedule, chunk_costs(profile, plan.stages), devices
+    if is_run_folder(scenario.model.profile):
+        layers = read_layers(scenario.model.profile)
+        costs = measured_costs(layers, plan.stages, schedule.batch_microbatches)
+    else:
+        costs = chunk_costs(profile, plan.stages)
+    return profile, plan, schedule, costs, devices
 
 
 def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
@@ -131,6 +140,7 @@ def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | No
         gradient_factor=scenario.memory.gradient_factor,
         optimizer_factor=scenario.memory.optimizer_factor,
         recompute=scenario.memory.recompute,
+        gradient_buffer=scenario.memory.gradient_buffer,
     )
     outcome = simulate(
         schedule,

@@ -1,0 +1,126 @@
+"""``clustertwin run --backend real`` for ``kind: pipedream``: a real model is profiled, planned by the
+scenario's planner, run on gloo processes executing the schedule's op lists, and simulated from its own
+profile; the run folder's measured profile drives a simulation that ``compare`` sets against it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from clustertwin.runtime.pipedream.distributed import boundaries  # noqa: E402
+from clustertwin.runtime.pipedream.models import ModelSource, SequentialWorkload, trace_shapes  # noqa: E402
+from clustertwin.scenarios.pipedream_real_section import PIPEDREAM_LAYERS_TABLE  # noqa: E402
+from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
+
+from clustertwin import api  # noqa: E402
+from clustertwin.errors import InputError  # noqa: E402
+from clustertwin.kinds import get_kind  # noqa: E402
+from clustertwin.pipedream_real import check  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "pipedream-real-cpu.yaml"
+# Two gloo processes, a tiny CNN, a straight pipeline: the whole path in a few seconds.
+TINY = [
+    "cluster.servers=1",
+    "cluster.devices_per_server=2",
+    "schedule=flush",
+    "microbatch_size=2",
+    "microbatches=4",
+    "real.options={channels: [4, 8], convs_per_block: 1, image: 8, hidden: 16, fc_layers: 1, classes: 5}",
+    "real.profile_iterations=1",
+    "real.warmup_batches=0",
+    "real.ddp_baseline=false",
+]
+
+
+def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path) -> None:
+    real = api.run(SCENARIO, "real", TINY, tmp_path / "real", plots=False)
+    tables = real.tables
+    for name, columns in PIPEDREAM_TABLES.items():
+        assert set(columns) <= set(tables[name].columns), name
+    assert list(tables["layers"].columns) == list(PIPEDREAM_LAYERS_TABLE)
+    # Every op of the flush schedule ran once, on the device and stage the plan put it on.
+    ops = tables["ops"]
+    stages = tables["stages"]
+    assert len(stages) == 2 and stages["replicas"].tolist() == [1, 1]
+    assert len(ops) == 2 * (2 * 4 + 1)
+    assert sorted(ops.loc[ops["kind"] == "F", "device"].value_counts().tolist()) == [4, 4]
+    assert (ops["end_s"] >= ops["start_s"]).all()
+    assert tables["stages"]["last_layer"].iloc[-1] == len(tables["layers"]) - 1
+    metrics = real.metrics
+    assert metrics["throughput_samples_per_s"] > 0 and metrics["own_sim_throughput_samples_per_s"] > 0
+    assert metrics["peak_memory_gib_max"] > 0
+    # The measured profile plans the same stages in simulation; compare reads both folders.
+    measured = f"model.profile={tmp_path / 'real'}"
+    sim = api.run(SCENARIO, "sim", [*TINY, measured], tmp_path / "sim", plots=False)
+    assert sim.tables["stages"][["first_layer", "last_layer"]].equals(stages[["first_layer", "last_layer"]])
+    compared = get_kind("pipedream").comparison.compare(tmp_path / "sim", tmp_path / "real", tmp_path / "cmp")
+    assert set(compared.pairs) == {"throughput_samples_per_s", "peak_memory_gib_max"}
+    assert compared.pairs["throughput_samples_per_s"][1] == pytest.approx(metrics["throughput_samples_per_s"])
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("data_parallel=2", "data_parallel"),
+        ("memory.recompute=true", "memory.recompute"),
+        ("memory.optimizer_factor=2", "memory.optimizer_factor"),
+        ("memory.gradient_buffer=persistent", "memory.gradient_buffer"),
+        ("optimizer_step_ms=1", "optimizer_step_ms"),
+    ],
+)
+def test_sections_a_real_run_cannot_honour_are_refused_by_name(override: str, field: str) -> None:
+    extra = ["schedule=flush"] if override.startswith("data_parallel") else []
+    scenario = api.load(SCENARIO, [*extra, override])
+    check(scenario, "sim")  # the simulator honours them
+    with pytest.raises(InputError, match=field):
+        check(scenario, "real")
+
+
+def test_a_real_run_needs_its_section() -> None:
+    scenario = api.load(ROOT / "scenarios" / "pipedream-default.yaml")
+    with pytest.raises(InputError, match="real"):
+        check(scenario, "real")
+
+
+def user_model(width: int = 6) -> list[torch.nn.Module]:
+    """A user's model for ``module:function``: a list of layers with differently shaped outputs."""
+    return [torch.nn.Linear(4, width), torch.nn.Tanh(), torch.nn.Linear(width, 3)]
+
+
+def test_a_users_model_is_cut_where_the_plan_says_with_per_boundary_shapes() -> None:
+    source = ModelSource.of("tests.test_pipedream_real:user_model", {"width": 5}, 1, [4], 0)
+    layers = source.layers()
+    x, _ = source.microbatch(0, 2, (), 1)
+    shapes, dtypes = trace_shapes(layers, x)
+    assert shapes == ((2, 5), (2, 5), (2, 3))
+    workload = SequentialWorkload(source, 2, ((0, 0), (1, 2)), shapes, dtypes, 1)
+    assert boundaries(workload, 2) == [((2, 5), torch.float32)]
+    # A chunk's weights are those of the whole model's same layers, whichever cut builds them.
+    chunk = workload.chunk(1, 2, torch.device("cpu"))
+    torch.testing.assert_close(chunk[1].weight, source.layers()[2].weight)
+    x, y = workload.microbatch(3, torch.device("cpu"))
+    assert x.shape == (2, 4) and y.shape == (2,) and int(y.max()) < 3
+
+
+@pytest.mark.parametrize("name", ["gpt", "vgg", "resnet", "gnmt"])
+def test_builtin_models_build_a_chain_with_a_class_dimension(name: str) -> None:
+    source = ModelSource.of(name, {}, 0, None, 0)
+    layers = source.layers()
+    x, _ = source.microbatch(0, 2, (), 1)
+    shapes, _ = trace_shapes(layers, x)
+    assert len(layers) >= 3 and shapes[-1][0] == 2 and shapes[-1][-1] > 1
+
+
+@pytest.mark.slow
+def test_the_cpu_scenario_runs_for_real_within_two_minutes(tmp_path: Path) -> None:
+    import time
+
+    began = time.perf_counter()
+    out = api.run(SCENARIO, "real", [], tmp_path / "real", plots=False)
+    assert time.perf_counter() - began < 120
+    assert out.metrics["ddp_throughput_samples_per_s"] > 0
+    assert len(out.tables["devices"]) == 4
