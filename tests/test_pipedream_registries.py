@@ -70,7 +70,10 @@ def test_families_list_the_schedules_and_planners() -> None:
     ("changes", "message"),
     [
         ({"schedule": "zigzag"}, r"unknown schedule 'zigzag'; known: 1f1b, 2bw"),
-        ({"planner.mode": "greedy"}, r"unknown planner mode 'greedy'; known: 2bw, brute_force, flat"),
+        (
+            {"planner.mode": "greedy"},
+            r"unknown planner mode 'greedy'; known: 2bw, brute_force, data_parallel, flat",
+        ),
     ],
 )
 def test_unknown_names_are_rejected_with_the_known_ones(changes, message) -> None:

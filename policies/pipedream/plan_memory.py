@@ -24,7 +24,9 @@ from clustertwin.policies.pipedream.partition import StageMemory, StagePlan
 from clustertwin.policies.pipedream.schedules import schedule_spec
 
 
-def schedule_counts(schedule: str, stages: int, microbatches: int) -> Callable[[int, int], tuple[float, float]]:
+def schedule_counts(
+    schedule: str, stages: int, microbatches: int
+) -> Callable[[int, int], tuple[float, float]]:
     """``(versions, stashes)`` per device of a stage with ``D`` devices from it to the end and ``r``
     replicas, under ``schedule`` on ``stages`` stages with ``microbatches`` per minibatch; raises
     ``ValueError`` for a schedule whose stashes per stage Table 7.1 does not state (interleaved)."""
@@ -71,7 +73,10 @@ def stage_memory(
 
 
 def plan_memory_bytes(
-    stages: Sequence[StagePlan], parameter_bytes: Sequence[float], cut_bytes: Sequence[float], memory: StageMemory
+    stages: Sequence[StagePlan],
+    parameter_bytes: Sequence[float],
+    cut_bytes: Sequence[float],
+    memory: StageMemory,
 ) -> list[float]:
     """Bytes per device of every stage of a flattened plan (``StageMemory.stage_bytes``)."""
     out = []

@@ -12,8 +12,8 @@ in three modes that differ only in the topology they give it: ``hierarchical`` (
 of a server at the intra-server bandwidth; level 2: the servers at the inter-server bandwidth),
 ``flat`` ([PipeDream-arXiv] §3.1: one level of every device at the inter-server bandwidth) and ``straight``
 (one level of one stage per chunk, no replicas, at the bandwidth of the slowest link the pipeline crosses);
-exhaustive search over flat plans (``brute_force``, the DP's oracle; tiny instances only); and
-hand-written stages (``manual``).
+exhaustive search over flat plans (``brute_force``, the DP's oracle; tiny instances only);
+hand-written stages (``manual``); and the data-parallel baseline (``data_parallel``).
 
 PipeDream-2BW's planner is the entry ``2bw`` (``policies.pipedream.twobw_plan``, [Narayanan] §3.3,
 Algorithm 1 on a profiled model): it also chooses how many copies of the pipeline run side by side
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from clustertwin.policies.pipedream.partition import (
@@ -119,7 +119,9 @@ def plan_with(mode: str, inp: PlannerInput) -> PartitionPlan:
     return PLANNERS.get(mode)().plan(inp)
 
 
-def _dp(inp: PlannerInput, levels: list[Level], straight: bool, memory: StageMemory | None = None) -> PartitionPlan:
+def _dp(
+    inp: PlannerInput, levels: list[Level], straight: bool, memory: StageMemory | None = None
+) -> PartitionPlan:
     return plan_partition(
         inp.compute_s,
         inp.parameter_bytes,
@@ -210,3 +212,18 @@ class ManualPlanner(StagePlanner):
                 f"the schedule runs straight pipelines: it needs {inp.chunks} unreplicated stages"
             )
         return PartitionPlan(stages, math.nan, math.ceil(inp.devices / stages[0].replicas))
+
+
+@PLANNERS.register("data_parallel")
+class DataParallelPlanner(StagePlanner):
+    """The data-parallel baseline: the whole model as one stage on every device ([Narayanan] §2.5.2's DP)"""
+
+    def plan(self, inp: PlannerInput) -> PartitionPlan:
+        whole = inp.num_layers - 1
+        if inp.straight:  # the schedule takes data parallelism as whole copies of a one-stage pipeline
+            plan = PartitionPlan((StagePlan(0, whole, 1),), math.nan, 1, data_parallel=inp.devices)
+        else:
+            plan = PartitionPlan((StagePlan(0, whole, inp.devices),), math.nan, 1)
+        if not fits(inp, replace(plan, data_parallel=1)):
+            raise ValueError("the whole model does not fit one device's memory: no data-parallel plan")
+        return plan
