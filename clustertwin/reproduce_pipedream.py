@@ -23,7 +23,8 @@ scenarios:
 Tolerances: an identity of the model (an oracle, DP = brute force, a takeaway's ratio) is checked to
 1e-9 relative; a published number is checked to its printed rounding (Table 4.1's 0.1B is ±0.05B; whole
 days are ±0.5 day plus what rounding X to 1 TFLOP/s moves); a plan is checked for equality. ``--quick``
-runs fewer oracle settings and random instances and skips the uncoarsened planner timing.
+runs fewer oracle settings, random instances and planner timings, and simulates fewer inputs in the
+speedup claims.
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ class PipeDreamModel(_Strict):
 
     profile: str = "vgg16"  # a bundled model name or a path to a PipeDream graph.txt
     profile_batch_size: PositiveInt | None = None  # samples per profiled minibatch (bundled: known)
-    # Coarsen bigger graphs to this many blocks for the planner; every bundled profile (at most 347 layers)
-    # plans at full resolution by default, since coarsening can change the plan.
+    # Coarsen bigger graphs to this many blocks for the planners whose cost grows cubically in the layers
+    # (hierarchical with replicated stages, brute_force) or whose stages name blocks (manual); coarsening
+    # can change the plan, so every bundled profile (at most 347 layers) plans at full resolution.
     max_blocks: PositiveInt = 512
 
     @model_validator(mode="after")

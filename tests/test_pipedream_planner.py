@@ -284,3 +284,12 @@ def test_default_coarsening_keeps_the_full_resolution_plan(model):
     for levels in REPRODUCE_SHAPES.values():
         ours = plan_partition(*planner_args(default), levels).time_per_input
         assert ours <= plan_partition(*planner_args(full), levels).time_per_input * 1.01
+
+
+def test_only_planners_that_need_it_see_a_coarsened_profile():
+    # A one-level DP costs N^2 per level and plans every layer whatever model.max_blocks says; the
+    # hierarchical DP (a level below the top costs N^3) and manual stages (block indices) are coarsened.
+    small = {"model.profile": "resnet101", "model.max_blocks": 32}
+    assert scenario_profile(scenario(**small, **{"planner.mode": "straight"})).num_layers == 347
+    assert scenario_profile(scenario(**small, schedule="flush")).num_layers == 347
+    assert scenario_profile(scenario(**small)).num_layers == 32

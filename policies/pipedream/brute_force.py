@@ -84,6 +84,10 @@ def brute_force(
 class BruteForcePlanner(StagePlanner):
     """Exhaustive search over flat plans at the inter-server bandwidth (the flat DP's oracle; tiny models)"""
 
+    @classmethod
+    def coarsens(cls, straight: bool) -> bool:
+        return True
+
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         if inp.num_layers > MAX_LAYERS:
             raise ValueError(

@@ -105,6 +105,13 @@ class StagePlanner(ABC):
     @abstractmethod
     def plan(self, inp: PlannerInput) -> PartitionPlan: ...
 
+    @classmethod
+    def coarsens(cls, straight: bool) -> bool:
+        """Whether a big profile is coarsened to ``model.max_blocks`` before this planner sees it: only
+        where the cost grows faster than the square of the layers (a DP level below the top, exhaustive
+        search) or the stages name coarsened layers (``manual``). A one-level DP plans every layer."""
+        return False
+
 
 PLANNERS: Registry[type[StagePlanner]] = Registry(
     "pipeline planner",
@@ -161,6 +168,10 @@ class StraightPlanner(StagePlanner):
 class HierarchicalPlanner(StagePlanner):
     """The hierarchical partitioning DP of [Narayanan] §2.4.1 over (devices per server, servers)"""
 
+    @classmethod
+    def coarsens(cls, straight: bool) -> bool:
+        return not straight  # a straight schedule makes it the one-level straight DP
+
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         if inp.straight:
             return StraightPlanner().plan(inp)
@@ -191,6 +202,10 @@ class ManualPlanner(StagePlanner):
     """The stages as written: contiguous, covering every layer block, on the pipeline's devices"""
 
     given_stages = True
+
+    @classmethod
+    def coarsens(cls, straight: bool) -> bool:
+        return True
 
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         stages = tuple(inp.stages or ())

@@ -11,7 +11,7 @@ import pandas as pd
 from clustertwin.policies.pipedream.ops import Schedule
 from clustertwin.policies.pipedream.partition import PartitionPlan, StageMemory, StagePlan
 from clustertwin.policies.pipedream.plan_memory import stage_memory
-from clustertwin.policies.pipedream.planners import PlannerInput, plan_with
+from clustertwin.policies.pipedream.planners import PLANNERS, PlannerInput, plan_with
 from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
@@ -32,13 +32,18 @@ GIB = 2.0**30
 
 
 def scenario_profile(scenario: PipeDreamScenario) -> ModelProfile:
-    """The scenario's profile, rescaled to its microbatch size and coarsened for the planner."""
+    """The scenario's profile, rescaled to its microbatch size and, for a planner that needs it
+    (``StagePlanner.coarsens``), coarsened to ``model.max_blocks``."""
     spec = scenario.model
     if spec.profile in BUNDLED_BATCH_SIZES:
         raw = bundled_profile(spec.profile)
     else:
         raw = load_profile(spec.profile, spec.profile_batch_size)
-    return raw.scaled(scenario.microbatch_size).coarsened(spec.max_blocks)
+    profile = raw.scaled(scenario.microbatch_size)
+    straight = not schedule_spec(scenario.schedule).replicates_stages
+    if PLANNERS.get(scenario.planner.mode).coarsens(straight):
+        profile = profile.coarsened(spec.max_blocks)
+    return profile
 
 
 def network_of(scenario: PipeDreamScenario) -> Network:
