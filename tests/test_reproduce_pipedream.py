@@ -53,7 +53,9 @@ def test_a_broken_schedule_fails_its_claims_and_the_exit_status(
         return make_schedule("gpipe" if name == "flush" else name, *args, **kwargs)
 
     monkeypatch.setattr(reproduce_pipedream, "make_schedule", flush_as_gpipe)
-    monkeypatch.setattr(reproduce_pipedream, "speedup_rows", lambda *a, **k: [])  # scenario runs: not here
+    # Neither the scenario runs nor the timings bear on a broken schedule's rows.
+    monkeypatch.setattr(reproduce_pipedream, "speedup_rows", lambda *a, **k: [])
+    monkeypatch.setattr(reproduce_pipedream, "speed_rows", lambda *a, **k: [])
     out = tmp_path / "broken"
     assert main(["reproduce", "pipedream", "--quick", "--out", str(out)]) == 1
     saved = json.loads((out / "claims.json").read_text())
