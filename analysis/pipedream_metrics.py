@@ -28,6 +28,8 @@ def pipedream_metrics(result: RunResult) -> dict[str, float]:
         "makespan_s": makespan,
         "samples": samples,
         "throughput_samples_per_s": samples / makespan if makespan > 0 else math.nan,
+        # Its inverse, so that a speedup is metric(baseline) / metric(treatment) as for time metrics.
+        "time_per_sample_s": makespan / samples if samples > 0 else math.nan,
         "bubble_fraction": 1.0 - busy.sum() / (n * makespan) if makespan > 0 and n else math.nan,
         "max_device_idle_fraction": float(1.0 - busy.min() / makespan) if makespan > 0 and n else math.nan,
         "p2p_bytes": float(ops.loc[ops["kind"].isin(["send_act", "send_grad"]), "bytes"].sum()),

@@ -73,6 +73,7 @@ def claim_row(claim: Claim, per_seed: list[float]) -> ClaimRow:
         statistics.fmean(per_seed),
         claim.accept,
         "{:.2f}x",
+        gated=claim.gated,
         why=claim.why,
         per_seed=tuple(per_seed),
     )

@@ -1,8 +1,8 @@
 """``reproduce pipedream``: PipeDream, 2BW/Flush, GPipe, interleaved and PTD-P claims ([PipeDream-arXiv];
 [Narayanan] ch. 2-4, Table 7.1) as claim rows (``claim_results``).
 
-Nothing here runs a scenario, so ``claim_runs``' run pool does not apply; every row is computed live
-from our code when the command runs:
+Rows 1-5 run no scenario and are computed live from our code when the command runs; row 6 runs
+scenarios:
 
 1. simulation oracles (zero communication, uniform stage costs t_f = 1, t_b = 2): iteration times of
    GPipe, Flush and interleaved 1F1B, and Table 7.1's weight versions and activation stashes as the
@@ -14,12 +14,17 @@ from our code when the command runs:
 4. PTD-P's parameter (Eq. 4.3) and FLOP (Eq. 4.2) formulas against Tables 4.1 and 4.2 and §4.5.1's
    training-time estimates, and the bubble and communication takeaways of §4.3;
 5. our speed targets on ``clustertwin.bench_pipedream``'s inputs, checked on this process's
-   CPU time (the wall time, printed beside it, depends on the machine's other load).
+   CPU time (the wall time, printed beside it, depends on the machine's other load);
+6. the papers' headline speedups in simulation (PipeDream vs data and model parallelism, 2BW vs GPipe
+   and Flush, interleaved vs not) on their cluster shapes from the bundled profiles: claims as data in
+   ``scenarios/claims/pipedream/speedups.yaml``, each a baseline and a treatment run of a scenario
+   (``claim_runs``: a run pool and a per-run cache under ``<out>/runs``).
 
 Tolerances: an identity of the model (an oracle, DP = brute force, a takeaway's ratio) is checked to
 1e-9 relative; a published number is checked to its printed rounding (Table 4.1's 0.1B is ±0.05B; whole
 days are ±0.5 day plus what rounding X to 1 TFLOP/s moves); a plan is checked for equality. ``--quick``
-runs fewer oracle settings and random instances and skips the uncoarsened planner timing.
+runs fewer oracle settings, random instances and planner timings, and simulates fewer inputs in the
+speedup claims.
 """
 
 from __future__ import annotations
@@ -35,16 +40,22 @@ import numpy as np
 from clustertwin.bench_pipedream import (
     FLAT_16,
     HIERARCHY_2X8,
+    REPRODUCE_SHAPES,
     best_times,
     largest_profile,
+    largest_shape,
     planner_args,
     vgg16_1f1b_inputs,
 )
 from clustertwin.claim_results import ClaimRow, report
+from clustertwin.claim_runs import Spec, run_specs
 from clustertwin.policies.pipedream import ptdp
 from clustertwin.policies.pipedream.brute_force import brute_force
 from clustertwin.policies.pipedream.partition import Convention, Level, plan_partition
 from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
+from clustertwin.reproduce import claim_row, runs_of
+from clustertwin.scenarios.claims import load_claims
+from clustertwin.scenarios.pipedream_schema import PipeDreamModel
 from clustertwin.sim.pipedream.executor import SimOutcome, simulate
 from clustertwin.sim.pipedream.model import ChunkCost, Device, Network
 from clustertwin.traces.pipedream_profile import bundled_profile
@@ -61,9 +72,10 @@ GB = 1e9
 # Cluster topologies of [Narayanan] §2.5.1 as in experiments/pipedream_choices.py: A = 4 V100 per server on
 # shared PCIe (10 GB/s assumed), 10 Gbps between servers; B = 8 V100 with NVLink (30 GB/s assumed),
 # 25 Gbps between servers; "flat 16" = [PipeDream-arXiv]'s flat DP over 16 workers on 10 Gbps.
-A_4X4 = [Level(4, 10 * GB), Level(4, 1.25 * GB)]
-A_1X4 = [Level(4, 10 * GB)]
+A_4X4 = REPRODUCE_SHAPES["A 4x4"]
+A_1X4 = REPRODUCE_SHAPES["A 1x4"]
 B_2X8 = HIERARCHY_2X8
+SPEEDUPS = "pipedream/speedups"  # scenarios/claims/pipedream/speedups.yaml
 BATCH = {"vgg16": 64, "resnet50": 128, "gnmt": 64, "gnmt_large": 64}  # per-GPU batches, §2.5.1
 
 # Table 4.1 (SC'21 Table 1; an image in the seed, values from the published paper): parameters in
@@ -303,8 +315,8 @@ def brute_force_rows(quick: bool, seed: int = SEED) -> list[ClaimRow]:
 
 def _plan_config(model: str, levels: list[Level], convention: Convention) -> tuple[str, float]:
     """The planner's configuration and predicted ms per input for a shipped profile at its per-GPU
-    batch, coarsened to 64 blocks like a scenario's default ``model.max_blocks``."""
-    profile = bundled_profile(model).scaled(BATCH[model]).coarsened(64)
+    batch, at a scenario's default resolution (``model.max_blocks``: every layer of a bundled profile)."""
+    profile = bundled_profile(model).scaled(BATCH[model]).coarsened(PipeDreamModel().max_blocks)
     plan = plan_partition(*planner_args(profile), levels, convention)
     return plan.config, plan.time_per_input * 1e3
 
@@ -526,23 +538,23 @@ def speed_rows(quick: bool) -> list[ClaimRow]:
     schedule, costs, devices, network = vgg16_1f1b_inputs(64)
     ops = sum(len(w.ops) for w in schedule.workers)
     name, full = largest_profile()
-    coarse = planner_args(full.coarsened(64))  # a scenario's default model.max_blocks
+    every = planner_args(full)  # a scenario's default resolution: every layer
+    shape, levels = largest_shape()
     timings: list[tuple[str, str, Callable[[], object], int, float]] = [
         ("sim-1f1b-8x64", f"8-stage, 64-microbatch 1F1B simulation (VGG-16, 2x4 devices, {ops} ops)",
          lambda: simulate(schedule, costs, devices, network), 3, SIM_TARGET_S),
-        ("planner-2x8-64", f"Planner on the largest shipped profile, hierarchical 2x8, {name} at 64 blocks",
-         lambda: plan_partition(*coarse, B_2X8), 3, PLANNER_TARGET_S),
-        ("planner-flat16-64", f"Planner on the largest shipped profile, flat 16, {name} at 64 blocks",
-         lambda: plan_partition(*coarse, FLAT_16), 3, PLANNER_TARGET_S),
+        ("planner-2x8-full", f"Planner, {name} (all {full.num_layers} layers), hierarchical 2x8",
+         lambda: plan_partition(*every, B_2X8), 1 if quick else 3, PLANNER_TARGET_S),
+        ("planner-flat16-full", f"Planner, {name} (all {full.num_layers} layers), flat 16",
+         lambda: plan_partition(*every, FLAT_16), 1 if quick else 3, PLANNER_TARGET_S),
     ]  # fmt: skip
     if not quick:
-        every = planner_args(full)
         timings.append(
             (
-                "planner-2x8-all",
-                f"Planner on the largest shipped profile, hierarchical 2x8, {name}, all {full.num_layers} "
-                "layers (no coarsening)",
-                lambda: plan_partition(*every, B_2X8),
+                "planner-largest-shape-full",
+                f"Planner, {name} (all {full.num_layers} layers), the largest cluster shape of this set"
+                f" ({shape})",
+                lambda: plan_partition(*every, levels),
                 1,
                 PLANNER_TARGET_S,
             )
@@ -568,11 +580,45 @@ def speed_rows(quick: bool) -> list[ClaimRow]:
     return rows
 
 
-def reproduce(quick: bool, out: Path) -> int:
+def simulate_spec(spec: Spec) -> dict[str, float]:
+    """One speedup run's flat metrics (runs in a worker process)."""
+    from clustertwin.analysis.pipedream_metrics import pipedream_metrics
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.pipedream import run
+
+    return pipedream_metrics(run(load_scenario(spec.scenario, spec.overrides)))
+
+
+def speedup_rows(quick: bool, out: Path, workers: int | None = None) -> list[ClaimRow]:
+    """Claim 6: the papers' headline speedups in simulation (``scenarios/claims/pipedream/speedups.yaml``):
+    ours is metric(baseline) / metric(treatment) of one scenario's two runs."""
+    claim_set = load_claims(SPEEDUPS)
+    plan = {claim.id: runs_of(claim, quick) for claim in claim_set.claims}
+    specs = {spec.key: spec for arms in plan.values() for runs in arms.values() for spec in runs}
+    done = run_specs("pipedream", out, specs, simulate_spec, workers)
+    rows = []
+    for claim in claim_set.claims:
+        arms = plan[claim.id]
+        per_seed = [
+            done[b.key][claim.metric] / done[t.key][claim.metric]
+            for b, t in zip(arms["baseline"], arms["treatment"], strict=True)
+        ]
+        rows.append(claim_row(claim, per_seed))
+    return rows
+
+
+def reproduce(quick: bool, out: Path, workers: int | None = None) -> int:
     """Compute every claim, print the table and save ``<out>/claims.json``; 0 when every gated claim
     holds, else 1."""
     started = time.perf_counter()
-    rows = [*oracle_rows(quick), *brute_force_rows(quick), *choice_rows(), *ptdp_rows(), *speed_rows(quick)]
+    rows = [
+        *oracle_rows(quick),
+        *brute_force_rows(quick),
+        *choice_rows(),
+        *ptdp_rows(),
+        *speed_rows(quick),
+        *speedup_rows(quick, out, workers),
+    ]
     print(f"computed {len(rows)} claims in {time.perf_counter() - started:.1f} s")
     return report("pipedream", PAPER, quick, [SEED], out, rows)
 

@@ -32,7 +32,10 @@ class PipeDreamModel(_Strict):
     # a bundled model name, a path to a PipeDream graph.txt, or a real run's folder (its measured profile)
     profile: str = "vgg16"
     profile_batch_size: PositiveInt | None = None  # samples per profiled minibatch (bundled: known)
-    max_blocks: PositiveInt = 64  # coarsen bigger graphs to this many blocks for the planner
+    # Coarsen bigger graphs to this many blocks for the planners whose cost grows cubically in the layers
+    # (hierarchical with replicated stages, brute_force) or whose stages name blocks (manual); coarsening
+    # can change the plan, so every bundled profile (at most 347 layers) plans at full resolution.
+    max_blocks: PositiveInt = 512
 
     @model_validator(mode="after")
     def _profile_exists(self) -> PipeDreamModel:
@@ -92,15 +95,28 @@ class PipeDreamPlanner(_Strict):
     ``hierarchical``: the DP of [Narayanan] §2.4.1 over (devices per server, servers); ``flat``: one level
     of every device at the inter-server bandwidth ([PipeDream-arXiv]); ``straight``: no replicated stages, one
     stage per device; ``brute_force``: exhaustive search of flat plans (tiny models); ``manual``:
-    ``stages`` as given. Schedules that do not replicate stages (all but ``1f1b``) run straight
-    pipelines only, which every planner honours.
+    ``stages`` as given; ``2bw``: PipeDream-2BW's planner (§3.3, Algorithm 1), which also picks how many
+    pipeline copies run side by side. Schedules that do not replicate stages (all but ``1f1b``) run
+    straight pipelines only, which every planner honours.
     """
 
     mode: str = "hierarchical"
     convention: Literal["dissertation", "arxiv", "code"] = "dissertation"
     stages: list[PipeDreamStage] | None = None
+    # PipeDream's reference optimizer's --activation_compression_ratio (convention: code only): a split's
+    # last stage also pays 2a/(B·replicas·ratio) for its input and output activations.
+    activation_compression_ratio: PositiveFloat | None = None
+    # Keep every stage within cluster.memory_gib (weights, gradients, optimizer state and the stashed
+    # activations of its in-flight inputs, per the schedule); not for interleaved schedules.
+    memory_aware: bool = True
 
     _known_mode = field_validator("mode")(registered(PLANNERS))
+
+    @model_validator(mode="after")
+    def _compression_needs_code(self) -> PipeDreamPlanner:
+        if self.activation_compression_ratio is not None and self.convention != "code":
+            raise ValueError("activation_compression_ratio is an option of convention: code")
+        return self
 
     @model_validator(mode="after")
     def _manual_has_stages(self) -> PipeDreamPlanner:
@@ -135,6 +151,9 @@ class PipeDreamScenario(ScenarioBase):
     num_batches: PositiveInt = 1
     chunks_per_device: PositiveInt = 1  # interleaved only
     in_flight: list[PositiveInt] | None = None  # 1f1b only: inputs in flight per stage replica
+    # 1f1b only, straight pipelines: every stage uses the weight version the input stage used for an input
+    # (PipeDream's vertical sync, §2.4.3) instead of its own newest (weight stashing alone).
+    vertical_sync: bool = False
     data_parallel: PositiveInt = 1  # identical pipeline copies (sync schedules); devices split evenly
     optimizer_step_ms: NonNegativeFloat = 0.0
     # Wait-free backprop: gradient all-reduces overlap the backward that produces them (DDP buckets).
@@ -155,6 +174,10 @@ class PipeDreamScenario(ScenarioBase):
         if self.in_flight is not None and not spec.takes_in_flight:
             raise ValueError(
                 f"in_flight applies to schedule: {' or '.join(names_where('takes_in_flight'))} only"
+            )
+        if self.vertical_sync and not spec.takes_vertical_sync:
+            raise ValueError(
+                f"vertical_sync applies to schedule: {' or '.join(names_where('takes_vertical_sync'))} only"
             )
         if self.cluster.num_devices % self.data_parallel:
             raise ValueError(

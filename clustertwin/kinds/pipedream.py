@@ -13,7 +13,7 @@ from clustertwin.scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDr
 def _reproduce(name: str, quick: bool, *, out: Path, workers: int | None) -> int:
     from clustertwin.reproduce_pipedream import reproduce
 
-    return reproduce(quick, out)
+    return reproduce(quick, out, workers)
 
 
 def _bench(emit: Emit) -> None:

@@ -34,6 +34,7 @@ def best_flat_plan(
     bandwidth: float,
     convention: Convention,
     straight: bool = False,
+    activation_compression_ratio: float | None = None,
 ) -> tuple[float, list[StagePlan]]:
     """The smallest ``pipeline_time`` over every plan of the layers on exactly ``devices`` devices
     (one device per stage when ``straight``) and the first plan found with it; ``(inf, [])`` when no
@@ -49,7 +50,15 @@ def best_flat_plan(
                 for size, r in zip(sizes, reps, strict=True):
                     plan.append(StagePlan(first, first + size - 1, r))
                     first += size
-                cost = pipeline_time(plan, compute, params, cuts, bandwidth, convention)
+                cost = pipeline_time(
+                    plan,
+                    compute,
+                    params,
+                    cuts,
+                    bandwidth,
+                    convention,
+                    activation_compression_ratio=activation_compression_ratio,
+                )
                 if cost < best:
                     best, best_plan = cost, plan
     return best, best_plan
@@ -63,14 +72,21 @@ def brute_force(
     bandwidth: float,
     convention: Convention,
     straight: bool = False,
+    activation_compression_ratio: float | None = None,
 ) -> float:
     """The smallest ``pipeline_time`` of :func:`best_flat_plan`; ``inf`` when no plan exists."""
-    return best_flat_plan(compute, params, cuts, devices, bandwidth, convention, straight)[0]
+    return best_flat_plan(
+        compute, params, cuts, devices, bandwidth, convention, straight, activation_compression_ratio
+    )[0]
 
 
 @PLANNERS.register("brute_force")
 class BruteForcePlanner(StagePlanner):
     """Exhaustive search over flat plans at the inter-server bandwidth (the flat DP's oracle; tiny models)"""
+
+    @classmethod
+    def coarsens(cls, straight: bool) -> bool:
+        return True
 
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         if inp.num_layers > MAX_LAYERS:

@@ -79,6 +79,7 @@ class OneFOneB(PipelineSchedule):
     flushes = False
     replicates_stages = True
     takes_in_flight = True
+    takes_vertical_sync = True
 
     def generate(
         self,

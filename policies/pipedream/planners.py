@@ -12,12 +12,17 @@ in three modes that differ only in the topology they give it: ``hierarchical`` (
 of a server at the intra-server bandwidth; level 2: the servers at the inter-server bandwidth),
 ``flat`` ([PipeDream-arXiv] §3.1: one level of every device at the inter-server bandwidth) and ``straight``
 (one level of one stage per chunk, no replicas, at the bandwidth of the slowest link the pipeline crosses);
-exhaustive search over flat plans (``brute_force``, the DP's oracle; tiny instances only); and
-hand-written stages (``manual``).
+exhaustive search over flat plans (``brute_force``, the DP's oracle; tiny instances only);
+hand-written stages (``manual``); and the data-parallel baseline (``data_parallel``).
 
-PipeDream-2BW's planner (``twobw_planner``, [Narayanan] §3.3) is not an entry: it chooses a configuration
-(data-parallel width, depth, microbatch size, recomputation) for a model of identical blocks under a
-memory limit, not the stages of a profiled model; PTD-P's formulas (``ptdp``) plan nothing.
+PipeDream-2BW's planner is the entry ``2bw`` (``policies.pipedream.twobw_plan``, [Narayanan] §3.3,
+Algorithm 1 on a profiled model): it also chooses how many copies of the pipeline run side by side
+(``PartitionPlan.data_parallel``). PTD-P's formulas (``ptdp``) plan nothing.
+
+Memory: with ``PlannerInput.memory_for`` every DP mode keeps each stage within a device's memory
+(``partition.StageMemory``, counted per schedule by ``plan_memory``). ``flat`` and ``straight`` are one-level
+DPs and take it exactly; ``hierarchical`` checks its plan and, when a stage does not fit, falls back to the
+memory-aware flat DP over every device at the inter-server bandwidth.
 
 A schedule that does not replicate stages (``PipelineSchedule.replicates_stages``) runs straight
 pipelines of one stage per chunk; every planner honours that through :attr:`PlannerInput.straight`.
@@ -27,17 +32,19 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from clustertwin.policies.pipedream.partition import (
     Convention,
     Level,
     PartitionPlan,
+    StageMemory,
     StagePlan,
     plan_partition,
 )
+from clustertwin.policies.pipedream.plan_memory import plan_memory_bytes
 from clustertwin.policies.registry import Registry
 
 
@@ -48,6 +55,9 @@ class PlannerInput:
     ``devices`` is the devices of one pipeline copy (of ``servers`` servers of ``devices_per_server``);
     ``chunks_per_device`` > 1 interleaves several stages per device; ``straight`` forbids replicated
     stages (one stage per chunk); ``stages`` are the hand-written stages of ``manual``.
+    ``activation_compression_ratio`` is the ``code`` convention's option (``plan_partition``);
+    ``memory_for(devices)`` is the memory model of a pipeline on that many devices (``None``: memory is
+    not planned); ``microbatches`` per weight update (the ``2bw`` planner's gradient accumulation).
     """
 
     compute_s: Sequence[float]
@@ -62,6 +72,9 @@ class PlannerInput:
     straight: bool = False
     convention: Convention = "dissertation"
     stages: tuple[StagePlan, ...] | None = None
+    activation_compression_ratio: float | None = None
+    memory_for: Callable[[int], StageMemory] | None = None
+    microbatches: int = 1
 
     @property
     def num_layers(self) -> int:
@@ -92,6 +105,13 @@ class StagePlanner(ABC):
     @abstractmethod
     def plan(self, inp: PlannerInput) -> PartitionPlan: ...
 
+    @classmethod
+    def coarsens(cls, straight: bool) -> bool:
+        """Whether a big profile is coarsened to ``model.max_blocks`` before this planner sees it: only
+        where the cost grows faster than the square of the layers (a DP level below the top, exhaustive
+        search) or the stages name coarsened layers (``manual``). A one-level DP plans every layer."""
+        return False
+
 
 PLANNERS: Registry[type[StagePlanner]] = Registry(
     "pipeline planner",
@@ -106,8 +126,32 @@ def plan_with(mode: str, inp: PlannerInput) -> PartitionPlan:
     return PLANNERS.get(mode)().plan(inp)
 
 
-def _dp(inp: PlannerInput, levels: list[Level], straight: bool) -> PartitionPlan:
-    return plan_partition(inp.compute_s, inp.parameter_bytes, inp.cut_bytes, levels, inp.convention, straight)
+def _dp(
+    inp: PlannerInput, levels: list[Level], straight: bool, memory: StageMemory | None = None
+) -> PartitionPlan:
+    return plan_partition(
+        inp.compute_s,
+        inp.parameter_bytes,
+        inp.cut_bytes,
+        levels,
+        inp.convention,
+        straight,
+        activation_compression_ratio=inp.activation_compression_ratio,
+        memory=memory,
+    )
+
+
+def _memory(inp: PlannerInput, devices: int) -> StageMemory | None:
+    return None if inp.memory_for is None else inp.memory_for(devices)
+
+
+def fits(inp: PlannerInput, plan: PartitionPlan) -> bool:
+    """Whether every stage of ``plan`` fits a device by ``inp.memory_for`` (always, without one)."""
+    memory = _memory(inp, plan.num_devices)
+    if memory is None:
+        return True
+    need = plan_memory_bytes(plan.stages, inp.parameter_bytes, inp.cut_bytes, memory)
+    return max(need) <= memory.capacity_bytes
 
 
 @PLANNERS.register("straight")
@@ -116,12 +160,17 @@ class StraightPlanner(StagePlanner):
 
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         inp.check_straight()
-        return _dp(inp, [inp.straight_level()], True)
+        level = inp.straight_level()
+        return _dp(inp, [level], True, _memory(inp, level.count))
 
 
 @PLANNERS.register("hierarchical")
 class HierarchicalPlanner(StagePlanner):
     """The hierarchical partitioning DP of [Narayanan] §2.4.1 over (devices per server, servers)"""
+
+    @classmethod
+    def coarsens(cls, straight: bool) -> bool:
+        return not straight  # a straight schedule makes it the one-level straight DP
 
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         if inp.straight:
@@ -129,7 +178,12 @@ class HierarchicalPlanner(StagePlanner):
         levels = [Level(inp.devices_per_server, inp.intra_bandwidth)]
         if inp.servers > 1:
             levels.append(Level(inp.servers, inp.inter_bandwidth))
-        return _dp(inp, levels, False)
+        plan = _dp(inp, levels, False)
+        if fits(inp, plan):
+            return plan
+        # The levels below the top do not know how many devices follow a stage, so the memory-aware DP
+        # is the one-level one.
+        return FlatPlanner().plan(inp)
 
 
 @PLANNERS.register("flat")
@@ -140,7 +194,7 @@ class FlatPlanner(StagePlanner):
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         if inp.straight:
             return StraightPlanner().plan(inp)
-        return _dp(inp, [Level(inp.devices, inp.inter_bandwidth)], False)
+        return _dp(inp, [Level(inp.devices, inp.inter_bandwidth)], False, _memory(inp, inp.devices))
 
 
 @PLANNERS.register("manual")
@@ -148,6 +202,10 @@ class ManualPlanner(StagePlanner):
     """The stages as written: contiguous, covering every layer block, on the pipeline's devices"""
 
     given_stages = True
+
+    @classmethod
+    def coarsens(cls, straight: bool) -> bool:
+        return True
 
     def plan(self, inp: PlannerInput) -> PartitionPlan:
         stages = tuple(inp.stages or ())
@@ -169,3 +227,18 @@ class ManualPlanner(StagePlanner):
                 f"the schedule runs straight pipelines: it needs {inp.chunks} unreplicated stages"
             )
         return PartitionPlan(stages, math.nan, math.ceil(inp.devices / stages[0].replicas))
+
+
+@PLANNERS.register("data_parallel")
+class DataParallelPlanner(StagePlanner):
+    """The data-parallel baseline: the whole model as one stage on every device ([Narayanan] §2.5.2's DP)"""
+
+    def plan(self, inp: PlannerInput) -> PartitionPlan:
+        whole = inp.num_layers - 1
+        if inp.straight:  # the schedule takes data parallelism as whole copies of a one-stage pipeline
+            plan = PartitionPlan((StagePlan(0, whole, 1),), math.nan, 1, data_parallel=inp.devices)
+        else:
+            plan = PartitionPlan((StagePlan(0, whole, inp.devices),), math.nan, 1)
+        if not fits(inp, replace(plan, data_parallel=1)):
+            raise ValueError("the whole model does not fit one device's memory: no data-parallel plan")
+        return plan

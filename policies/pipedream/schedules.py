@@ -13,6 +13,7 @@ An entry's properties:
   whole pipeline copies outside the schedule;
 - ``interleaves``: a device may hold several model chunks (``chunks_per_device``);
 - ``takes_in_flight``: a per-stage count of inputs in flight can be given;
+- ``takes_vertical_sync``: the schedule may run with vertical sync (``vertical_sync``, §2.4.3);
 - ``weight_versions`` and ``stashed_activations``: Table 7.1's memory formulas per stage, which the
   op-level simulator must reproduce.
 """
@@ -23,6 +24,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from clustertwin.policies.pipedream.ops import Schedule, UpdateRule
+from clustertwin.policies.pipedream.vertical_sync import with_vertical_sync
 from clustertwin.policies.registry import Registry
 
 
@@ -34,6 +36,7 @@ class PipelineSchedule(ABC):
     replicates_stages: ClassVar[bool] = False
     interleaves: ClassVar[bool] = False
     takes_in_flight: ClassVar[bool] = False
+    takes_vertical_sync: ClassVar[bool] = False
 
     @abstractmethod
     def generate(
@@ -86,15 +89,21 @@ def make_schedule(
     num_batches: int = 1,
     chunks_per_device: int = 1,
     in_flight: tuple[int, ...] | None = None,
+    vertical_sync: bool = False,
 ) -> Schedule:
     """Build schedule ``name`` for stages with ``replicas`` replicas each.
 
     Only a schedule that ``replicates_stages`` takes replica counts above 1; the synchronous schedules
     take equi-replicated pipelines as whole parallel copies, which the executor models as data
     parallelism outside the schedule. ``microbatches`` is per minibatch (for 1F1B, the number of inputs
-    simulated).
+    simulated). ``vertical_sync`` rewrites the versions (``vertical_sync.with_vertical_sync``).
     """
     spec = schedule_spec(name)
     if not spec.replicates_stages and any(r != 1 for r in replicas):
         raise ValueError(f"schedule {name!r} runs straight pipelines only; got replicas {replicas}")
-    return spec.generate(tuple(replicas), microbatches, num_batches, chunks_per_device, in_flight)
+    if vertical_sync and not spec.takes_vertical_sync:
+        raise ValueError(f"schedule {name!r} does not take vertical sync")
+    schedule = spec.generate(tuple(replicas), microbatches, num_batches, chunks_per_device, in_flight)
+    if vertical_sync:
+        schedule = with_vertical_sync(schedule)
+    return schedule

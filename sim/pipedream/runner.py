@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import pandas as pd
 from clustertwin.policies.pipedream.ops import Schedule
-from clustertwin.policies.pipedream.partition import PartitionPlan, StagePlan
-from clustertwin.policies.pipedream.planners import PlannerInput, plan_with
+from clustertwin.policies.pipedream.partition import PartitionPlan, StageMemory, StagePlan
+from clustertwin.policies.pipedream.plan_memory import stage_memory
+from clustertwin.policies.pipedream.planners import PLANNERS, PlannerInput, plan_with
 from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
@@ -31,7 +33,8 @@ GIB = 2.0**30
 
 
 def scenario_profile(scenario: PipeDreamScenario) -> ModelProfile:
-    """The scenario's profile, rescaled to its microbatch size and coarsened for the planner."""
+    """The scenario's profile, rescaled to its microbatch size and, for a planner that needs it
+    (``StagePlanner.coarsens``), coarsened to ``model.max_blocks``."""
     spec = scenario.model
     if is_run_folder(spec.profile):  # measured at the real run's microbatch size: not rescaled
         return planner_profile(read_layers(spec.profile), scenario.microbatch_size)
@@ -39,7 +42,11 @@ def scenario_profile(scenario: PipeDreamScenario) -> ModelProfile:
         raw = bundled_profile(spec.profile)
     else:
         raw = load_profile(spec.profile, spec.profile_batch_size)
-    return raw.scaled(scenario.microbatch_size).coarsened(spec.max_blocks)
+    profile = raw.scaled(scenario.microbatch_size)
+    straight = not schedule_spec(scenario.schedule).replicates_stages
+    if PLANNERS.get(scenario.planner.mode).coarsens(straight):
+        profile = profile.coarsened(spec.max_blocks)
+    return profile
 
 
 def network_of(scenario: PipeDreamScenario) -> Network:
@@ -52,10 +59,29 @@ def network_of(scenario: PipeDreamScenario) -> Network:
     )
 
 
+def memory_model(scenario: PipeDreamScenario, profile: ModelProfile) -> Callable[[int], StageMemory] | None:
+    """The memory-aware planner's model of a pipeline on ``devices`` devices (``None`` when the scenario
+    does not plan memory, or interleaves chunks, whose per-device sum the per-stage DP cannot see)."""
+    if not scenario.planner.memory_aware or schedule_spec(scenario.schedule).interleaves:
+        return None
+    activations = [lay.activation_bytes for lay in profile.layers]
+    m = scenario.memory
+    return partial(
+        stage_memory,
+        scenario.schedule,
+        microbatches=scenario.microbatches,
+        capacity_bytes=scenario.cluster.memory_gib * GIB,
+        activation_bytes=activations,
+        state_factor=m.gradient_factor + m.optimizer_factor,
+        recompute=m.recompute,
+    )
+
+
 def plan_stages(scenario: PipeDreamScenario, profile: ModelProfile) -> PartitionPlan:
     """Stages (layer ranges and replicas) for one pipeline copy, by the scenario's planner mode."""
     c = scenario.cluster
     manual = scenario.planner.stages
+    spec = schedule_spec(scenario.schedule)
     inp = PlannerInput(
         compute_s=profile.compute_s(),
         parameter_bytes=[lay.parameter_bytes for lay in profile.layers],
@@ -66,9 +92,12 @@ def plan_stages(scenario: PipeDreamScenario, profile: ModelProfile) -> Partition
         inter_bandwidth=c.inter_bandwidth_gbs * GB,
         devices=c.num_devices // scenario.data_parallel,
         chunks_per_device=scenario.chunks_per_device,
-        straight=not schedule_spec(scenario.schedule).replicates_stages,
+        straight=not spec.replicates_stages,
         convention=scenario.planner.convention,
         stages=None if manual is None else tuple(StagePlan(s.first, s.last, s.replicas) for s in manual),
+        activation_compression_ratio=scenario.planner.activation_compression_ratio,
+        memory_for=memory_model(scenario, profile),
+        microbatches=scenario.microbatches,
     )
     try:
         return plan_with(scenario.planner.mode, inp)
@@ -114,6 +143,7 @@ def build(
             scenario.num_batches,
             scenario.chunks_per_device,
             tuple(scenario.in_flight) if scenario.in_flight else None,
+            scenario.vertical_sync,
         )
     except ValueError as err:
         raise InputError(f"{scenario.name}: schedule", str(err)) from None
@@ -149,11 +179,12 @@ def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | No
         network_of(scenario),
         memory,
         optimizer_step_s=scenario.optimizer_step_ms / 1000.0,
-        parallel_pipelines=scenario.data_parallel,
+        parallel_pipelines=scenario.data_parallel * plan.data_parallel,
         overlap_allreduce=scenario.overlap_allreduce,
         progress=progress,
     )
-    samples = schedule.num_microbatches * scenario.microbatch_size * scenario.data_parallel
+    data_parallel = scenario.data_parallel * plan.data_parallel
+    samples = schedule.num_microbatches * scenario.microbatch_size * data_parallel
     info: dict[str, float | int | str] = {
         "schedule": schedule.name,
         "config": plan.config,
@@ -164,7 +195,7 @@ def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | No
         "microbatches": schedule.num_microbatches,
         "num_devices": scenario.cluster.num_devices,
         "simulated_devices": len(schedule.workers),
-        "data_parallel": scenario.data_parallel,
+        "data_parallel": data_parallel,
         "plan_wall_s": planned - started,
         "sim_wall_s": time.perf_counter() - planned,
     }
