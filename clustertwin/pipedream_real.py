@@ -70,6 +70,8 @@ def check(scenario: PipeDreamScenario, backend: str) -> None:
         and "a real run measures its update (profile's update_s): set it to 0",
         "model.profile": str(scenario.model.profile).endswith(".parquet")
         and "a real run profiles its own model",
+        "vertical_sync": scenario.vertical_sync
+        and "the runtime keeps only the weight versions its schedule stashes, not the input stage's",
     }
     for name, why in refusals.items():
         if why:
@@ -233,6 +235,12 @@ def run_real(
     profile = planner_profile(layers, scenario.microbatch_size, real.model)
     _, plan, schedule, costs, devices = build(scenario, profile)
     stages = plan.stages
+    if plan.data_parallel != 1:
+        raise InputError(
+            scenario.source,
+            f"planner.mode: {scenario.planner.mode} chose {plan.data_parallel} pipeline copies, and the"
+            " runtime runs one pipeline: use a planner that replicates stages (hierarchical) instead",
+        )
     if any(s.replicas > 1 for s in stages) and scenario.overlap_allreduce:
         raise InputError(
             scenario.source,

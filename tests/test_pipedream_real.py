@@ -70,6 +70,7 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
         ("memory.optimizer_factor=2", "memory.optimizer_factor"),
         ("memory.gradient_buffer=persistent", "memory.gradient_buffer"),
         ("optimizer_step_ms=1", "optimizer_step_ms"),
+        ("vertical_sync=true", "vertical_sync"),
     ],
 )
 def test_sections_a_real_run_cannot_honour_are_refused_by_name(override: str, field: str) -> None:
