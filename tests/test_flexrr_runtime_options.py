@@ -97,7 +97,7 @@ def test_a_users_model_and_data_as_module_function():
 def test_the_real_check_names_bad_model_fields_and_a_wrong_ps_size():
     from clustertwin.kinds.flexrr import SPEC
 
-    base = ROOT / "scenarios" / "flexrr-real-cpu.yaml"
+    base = ROOT / "scenarios" / "flexrr-real-ps.yaml"
     with pytest.raises(InputError, match="real.model"):
         SPEC.check(load_scenario(base, ["real.model=nope"]), "real")
     with pytest.raises(InputError, match=r"ps.model_bytes: 13856"):  # 1732 float64 parameters
