@@ -3,11 +3,12 @@
 ``time_per_iteration_s`` is the paper's speed metric (§3.4.3: overall run time / number of iterations);
 ``vs_ideal`` divides it by the Ideal bound computed from the same straggler realisation.
 
-Statistical efficiency (scenario section ``convergence``; NaN without it): ``iterations_to_target`` is
-the convergence model's prediction for the run's slack; a real run with a loss curve also has
-``measured_iterations_to_target`` (NaN when the run never reached the target, or in simulation),
-``initial_loss`` and ``final_loss``. ``time_to_target_s`` is time per iteration x iterations to target:
-the measured count where there is one, else the prediction.
+Statistical efficiency (scenario section ``convergence``; NaN without it): ``predicted_iterations_to_
+target`` is the convergence model's prediction for the run's slack. ``iterations_to_target`` is that
+prediction in simulation and, for a real run with ``convergence.target_loss``, what the run measured on
+its loss curve (NaN when it never reached the target); ``time_to_target_s`` is time per iteration x
+``iterations_to_target``, so comparing a simulation with a real run compares the model with reality.
+A real run also reports ``initial_loss`` and ``final_loss``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def flexrr_metrics(result: RunResult) -> dict[str, float]:
     worker_iterations = max(len(iterations), 1)
     tpi = makespan / n_iter
     predicted = float(info.get("iterations_to_target", math.nan))
-    measured = float(info.get("measured_iterations_to_target", math.nan))
+    needed = float(info.get("measured_iterations_to_target", predicted))
     losses = [float(x) for x in str(info.get("loss_per_iteration", "")).split(",") if x]
     return {
         "time_per_iteration_s": tpi,
@@ -51,9 +52,9 @@ def flexrr_metrics(result: RunResult) -> dict[str, float]:
         "messages_per_worker_iteration": float(len(messages)) / worker_iterations,
         "events": float(info.get("events", math.nan)),
         "wall_s": float(info.get("wall_s", math.nan)),
-        "iterations_to_target": predicted,
-        "measured_iterations_to_target": measured,
-        "time_to_target_s": tpi * (predicted if math.isnan(measured) else measured),
+        "predicted_iterations_to_target": predicted,
+        "iterations_to_target": needed,
+        "time_to_target_s": tpi * needed,
         "initial_loss": losses[0] if losses else math.nan,
         "final_loss": losses[-1] if losses else math.nan,
     }

@@ -130,7 +130,7 @@ class FlexRRReal(_Strict):
       loopback address (127.0.0.<2+m>), so that worker-shard traffic crosses distinct endpoints as it
       would between hosts; false: all on 127.0.0.1.
     * ``record_loss``: evaluate the training loss of every iteration's model after the run (info
-      ``loss_per_iteration``, metric ``measured_iterations_to_target``).
+      ``loss_per_iteration``, metric ``iterations_to_target``).
     """
 
     device: Literal["cpu", "cuda"] = "cpu"
