@@ -115,3 +115,24 @@ def test_a_worker_killed_mid_run_stops_the_run_with_its_name(tmp_path, capsys):
     assert ended - killed[0] < 20.0  # stopped promptly, not after the 50 s the run would take
     assert not out.exists()
     assert spawned() == []
+
+
+@pytest.mark.slow
+def test_the_ps_scenario_runs_for_real_and_compares_with_its_simulation(tmp_path, capsys):
+    """`scenarios/flexrr-real-ps.yaml` end to end through the CLI: the MLP's loss falls to the target, and
+    `compare` prints time per iteration and time to the target loss against the simulation."""
+    import json
+
+    from clustertwin.cli import main
+
+    scenario = str(ROOT / "scenarios" / "flexrr-real-ps.yaml")
+    real, sim = tmp_path / "real", tmp_path / "sim"
+    assert main(["run", scenario, "--backend", "real", "--out", str(real), "--quiet", "--no-plots"]) == 0
+    assert main(["run", scenario, "--out", str(sim), "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((real / "summary.json").read_text())["metrics"]
+    assert metrics["final_loss"] < 0.6 < metrics["initial_loss"]
+    assert metrics["iterations_to_target"] <= 30
+    capsys.readouterr()
+    assert main(["compare", str(sim), str(real)]) == 0
+    printed = capsys.readouterr().out
+    assert "time_per_iteration_s" in printed and "time_to_target_s" in printed
