@@ -2,6 +2,13 @@
 
 ``time_per_iteration_s`` is the paper's speed metric (§3.4.3: overall run time / number of iterations);
 ``vs_ideal`` divides it by the Ideal bound computed from the same straggler realisation.
+
+Statistical efficiency (scenario section ``convergence``; NaN without it): ``predicted_iterations_to_
+target`` is the convergence model's prediction for the run's slack. ``iterations_to_target`` is that
+prediction in simulation and, for a real run with ``convergence.target_loss``, what the run measured on
+its loss curve (NaN when it never reached the target); ``time_to_target_s`` is time per iteration x
+``iterations_to_target``, so comparing a simulation with a real run compares the model with reality.
+A real run also reports ``initial_loss`` and ``final_loss``.
 """
 
 from __future__ import annotations
@@ -27,8 +34,12 @@ def flexrr_metrics(result: RunResult) -> dict[str, float]:
     durations = iterations["end_s"] - iterations["start_s"]
     waits = iterations["end_s"] - iterations["own_done_s"]
     worker_iterations = max(len(iterations), 1)
+    tpi = makespan / n_iter
+    predicted = float(info.get("iterations_to_target", math.nan))
+    needed = float(info.get("measured_iterations_to_target", predicted))
+    losses = [float(x) for x in str(info.get("loss_per_iteration", "")).split(",") if x]
     return {
-        "time_per_iteration_s": makespan / n_iter,
+        "time_per_iteration_s": tpi,
         "ideal_per_iteration_s": ideal / n_iter,
         "vs_ideal": makespan / ideal if ideal > 0 else math.nan,
         "makespan_s": makespan,
@@ -41,4 +52,9 @@ def flexrr_metrics(result: RunResult) -> dict[str, float]:
         "messages_per_worker_iteration": float(len(messages)) / worker_iterations,
         "events": float(info.get("events", math.nan)),
         "wall_s": float(info.get("wall_s", math.nan)),
+        "predicted_iterations_to_target": predicted,
+        "iterations_to_target": needed,
+        "time_to_target_s": tpi * needed,
+        "initial_loss": losses[0] if losses else math.nan,
+        "final_loss": losses[-1] if losses else math.nan,
     }

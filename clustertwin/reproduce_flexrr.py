@@ -13,9 +13,11 @@ Which rows decide the exit status (``ClaimRow.gated``): the paper's central clai
 Worker 0-400% (BSP about linear in the delay, SSP absorbs 50%, FlexRR within 15% of Ideal at every
 level, the fraction of work reassigned), Power-Law alpha = 11's ordering (FlexRR's gain over BSP exceeds
 SSP's and BSP RR's), Disrupted Machine's FlexRR "up to 63%" better than BSP, and the helper-group
-sensitivity (near-Ideal from 3, negligible spread over 3-16, 0 = SSP). Every other paper claim
-(per-mode Power-Law magnitudes, Disrupted Machine's SSP / BSP RR magnitudes and FlexRR/Ideal, SSP and
-BSP RR at Slow Worker 400%, the uneven workload) is checked and printed beside them, marked "(not
+sensitivity (near-Ideal from 3, negligible spread over 3-16, 0 = SSP), and partial replication's
+ordering (FlexRR with 25% replicated still beats SSP). Every other paper claim (per-mode Power-Law
+magnitudes, Disrupted Machine's SSP / BSP RR magnitudes and FlexRR/Ideal, SSP and BSP RR at Slow Worker
+400%, the uneven workload, natural stragglers, the extreme-case headline, replication's magnitudes) is
+checked and printed beside them, marked "(not
 gated)", with its reason in ``why`` and docs/algorithms/flexrr.md, but does not decide the exit status.
 Exit status 1 when any gated claim fails. Tolerances were set from the paper's wording before looking at our
 numbers; where we differ, docs/algorithms/flexrr.md says why.
@@ -41,6 +43,7 @@ SLOW_DELAYS = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0)  # Fig. 3.6: 0-400%
 DISRUPT_DELAYS = (0.5, 1.0, 2.0, 4.0)  # Fig. 3.9's levels are not in the text; 50-400% like Fig. 3.6
 GROUP_SIZES = (0, 1, 2, 3, 4, 8, 16)  # Fig. 3.12(a): 0-16
 SENSITIVITY_DELAY = 2.0  # Fig. 3.12 uses the Slow Worker pattern; its delay is not given
+REPLICATION = (0.25, 0.5, 1.0)  # Fig. 3.11's tail fractions (25% is the one the text names)
 
 
 def simulate(spec: Spec) -> dict[str, float]:
@@ -93,6 +96,15 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[ClaimRo
     even = {m: plan.need("uneven.yaml", f"mode={m}", "stragglers.model=none") for m in ("ssp", "flexrr")}
     alternate = plan.need("uneven.yaml", "mode=flexrr", "stragglers.heavy_machines=alternate")
     trace = {m: plan.need("trace-alibaba.yaml", f"mode={m}") for m in MODES}
+    # jobs 1-3 only: transient per-worker jitter, without job 4's workers that run 2-5x apart all along
+    transient = {
+        m: plan.need("trace-alibaba.yaml", f"mode={m}", "stragglers.trace_jobs=[1,2,3]") for m in MODES
+    }
+    replicated = {
+        r: plan.need("trace-alibaba.yaml", "mode=flexrr", f"rr.replication={r}") for r in REPLICATION[:-1]
+    }
+    replicated[1.0] = trace["flexrr"]
+    power4 = {m: plan.need("power-law.yaml", f"mode={m}", "stragglers.alpha=4") for m in MODES}
 
     def rows(done: dict[str, dict[str, float]]) -> list[ClaimRow]:
         def mean(specs: list[Spec], metric: str = "time_per_iteration_s") -> float:
@@ -444,9 +456,141 @@ def _claims(plan: _Plan) -> Callable[[dict[str, dict[str, float]]], list[ClaimRo
                 gated=False,
             )
         )
+        out += _natural_rows(gain, trace, "")
+        out += _natural_rows(gain, transient, ", jobs 1-3")
+        out += _extreme_rows(mean, slow, power4, disrupt)
+        out += _replication_rows(mean, replicated, trace)
         return out
 
     return rows
+
+
+Mean = Callable[..., float]
+
+
+def _natural_rows(
+    gain: Callable[[list[Spec], list[Spec]], float], trace: dict[str, list[Spec]], jobs: str
+) -> list[ClaimRow]:
+    """Figs. 3.1 and 3.3-3.5: no injected delay on EC2, Azure and Nome, whose jitter the paper neither
+    traces nor describes. Our stand-in for a cloud's natural jitter is the Alibaba PAI trace (measured
+    per-worker mini-batch times of a production cluster), replayed on Cluster-A's 128 workers: all four
+    jobs, or jobs 1-3 (``jobs``), whose workers only jitter around their median (job 4's run 2-5x apart
+    for the whole trace, a persistent imbalance rather than jitter)."""
+    why = (
+        "not gated: the clouds' jitter was not measured in the paper; ours is another production "
+        "cluster's (Alibaba PAI). With job 4, some workers are 2-5x slower for the whole run: SSP's slack "
+        "cannot absorb a persistent straggler, so SSP gains ~1% and FlexRR's gain over it far exceeds the "
+        "paper's; jobs 1-3 alone jitter less than the clouds did (docs/algorithms/flexrr.md)"
+    )
+    key = "-jobs123" if jobs else ""
+    return [
+        ClaimRow(
+            f"natural-flexrr-vs-bsp{key}",
+            f"Natural stragglers (Alibaba PAI trace{jobs} as the cloud's jitter): FlexRR reduction vs BSP",
+            "§3.4.2, Figs. 3.1, 3.3-3.5",
+            "34-56%",
+            gain(trace["bsp"], trace["flexrr"]),
+            (34.0 - 15.0, 56.0 + 15.0),
+            "{:.1f}%",
+            gated=False,
+            why=why,
+        ),
+        ClaimRow(
+            f"natural-flexrr-vs-ssp{key}",
+            f"Natural stragglers (Alibaba PAI trace{jobs} as the cloud's jitter): FlexRR reduction vs SSP",
+            "§3.4.2, Figs. 3.1, 3.3-3.5",
+            "15-39%",
+            gain(trace["ssp"], trace["flexrr"]),
+            (15.0 - 15.0, 39.0 + 15.0),
+            "{:.1f}%",
+            gated=False,
+            why=why,
+        ),
+    ]
+
+
+def _extreme_rows(
+    mean: Mean,
+    slow: dict[tuple[float, str], list[Spec]],
+    power4: dict[str, list[Spec]],
+    disrupt: dict[tuple[float, str], list[Spec]],
+) -> list[ClaimRow]:
+    """The chapter's headline "5-10x improvement over BSP and SSP in extreme cases": the largest
+    time-per-iteration ratio over the most extreme settings we run (Slow Worker 400%, Power-Law
+    alpha = 4, Disrupted Machine 400%)."""
+    cases = {"slow-400": slow, "power-4": power4, "disrupted-400": disrupt}
+
+    def pick(case: str, m: str) -> list[Spec]:
+        runs = cases[case]
+        return runs[m] if case == "power-4" else runs[(4.0, m)]  # type: ignore[index]
+
+    out = []
+    for base in ("bsp", "ssp"):
+        ratios = {c: mean(pick(c, base)) / mean(pick(c, "flexrr")) for c in cases}
+        best = max(ratios, key=lambda c: ratios[c])
+        out.append(
+            ClaimRow(
+                f"extreme-vs-{base}",
+                f"Extreme cases: {base.upper()} / FlexRR time per iteration, best of "
+                + ", ".join(f"{c} {v:.2f}" for c, v in ratios.items()),
+                "ch. 3 introduction; §3.4.3",
+                "5-10x",
+                ratios[best],
+                (5.0, 10.0),
+                "{:.2f}x",
+                gated=False,
+                why=(
+                    "not gated: the text names no setting for its extreme cases. Without the clouds' natural"
+                    " jitter on top, BSP at 400% is about 5x the nominal iteration while FlexRR stays near "
+                    "Ideal (1.3-1.5x nominal), which caps the ratio near 4x; the 10x the text reports is "
+                    "BSP RR on Cluster-B (docs/algorithms/flexrr.md)"
+                ),
+            )
+        )
+    return out
+
+
+def _replication_rows(
+    mean: Mean, replicated: dict[float, list[Spec]], trace: dict[str, list[Spec]]
+) -> list[ClaimRow]:
+    """Fig. 3.11: MF with no injected delay on Cluster-A, helpers holding only the tail fraction of their
+    helpees' input (``rr.replication``). The jitter is again the Alibaba trace's (the paper's Cluster-A
+    jitter is not described)."""
+    out = [
+        ClaimRow(
+            f"replication-{int(r * 100)}",
+            f"Partial replication {int(r * 100)}%: FlexRR / FlexRR at 100% (time per iteration)",
+            "§3.4.5, Fig. 3.11",
+            "close" if r == 0.25 else "-",
+            mean(replicated[r]) / mean(replicated[1.0]),
+            (1.0, 1.15) if r == 0.25 else None,
+            "{:.3f}",
+            gated=False,
+            why=(
+                "not gated: a helper may take only the tail it holds, so a slowed worker sheds at most "
+                f"{int(r * 100)}% of its range; the Alibaba trace's slowdowns last whole iterations and "
+                "exceed that (job 4's slow workers stay 2-5x slow), while the paper's Cluster-A jitter "
+                "evidently did not (docs/algorithms/flexrr.md)"
+            ),
+        )
+        for r in REPLICATION[:-1]
+    ]
+    out.append(
+        ClaimRow(
+            "replication-25-vs-ssp",
+            "Partial replication 25%: SSP / FlexRR (time per iteration; 'much better than SSP')",
+            "§3.4.5, Fig. 3.11",
+            "much better",
+            mean(trace["ssp"]) / mean(replicated[0.25]),
+            (1.1, float("inf")),
+            "{:.2f}",
+            why=(
+                "with a quarter of each helpee's input replicated, reassignment should still beat SSP "
+                "clearly; below the band the replication cap blocks help (policies/flexrr/worker.py)"
+            ),
+        )
+    )
+    return out
 
 
 def _r_squared(xs: list[float], ys: list[float]) -> float:

@@ -171,7 +171,7 @@ def size_batch(setup: Setup) -> tuple[int, dict[str, float]]:
     ``target_iteration_s`` on this machine's first device: timed at a trial size, scaled, timed again and
     scaled once more (a chunk's fixed costs make the time not quite proportional)."""
     import torch
-    from clustertwin.runtime.flexrr.model import MLRProblem, delta_items
+    from clustertwin.runtime.flexrr.model import Problem, Trainer
 
     torch.set_num_threads(1)  # as a worker process
     device = torch.device("cuda:0" if setup.device == "cuda" else "cpu")
@@ -179,7 +179,7 @@ def size_batch(setup: Setup) -> tuple[int, dict[str, float]]:
     target_chunk = setup.target_iteration_s * chunk / setup.items
 
     def timed(batch: int) -> float:
-        problem = MLRProblem(
+        problem = Problem(
             items=setup.workers * setup.items,
             features=setup.features,
             classes=setup.classes,
@@ -187,24 +187,25 @@ def size_batch(setup: Setup) -> tuple[int, dict[str, float]]:
             pool=setup.pool,
             dtype=setup.dtype,
         )
-        x, y = data(problem)
-        w = problem.initial(device)
+        trainer = trainer_for(problem)
+        w = trainer.w0
         times = []
         for _ in range(6):
             t = time.perf_counter()
-            delta_items(problem, x, y, w, 0, chunk)
+            trainer.delta_items(w, 0, chunk)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - t)
         return statistics.median(times[1:])  # the first call pays one-off set-up
 
-    cache: dict[int, tuple] = {}
+    cache: dict = {}  # pool size -> Trainer
 
-    def data(problem):
-        key = problem.examples
+    def trainer_for(problem):
+        key = problem.examples  # the data and the model depend on the pool, not on the batch
         if key not in cache:
             cache.clear()
-            cache[key] = problem.data(device)
+            cache[key] = Trainer(problem, device)
+        cache[key].problem = problem
         return cache[key]
 
     trial = max(1, (setup.pool or 4096) // chunk)

@@ -86,13 +86,17 @@ class Stragglers(_Strict):
 
 
 class ParameterServer(_Strict):
-    """The sharded parameter server's data plane (§3.2; ``sim/flexrr/ps.py``). Simulator only.
+    """The sharded parameter server's data plane (§3.2; simulated by ``sim/flexrr/ps.py``, run for real by
+    ``runtime/flexrr/ps.py``: one shard process per shard, gloo point-to-point).
 
-    * ``model_bytes``: size of the model, and of every worker's per-iteration update. 0 (the default):
-      no PS traffic is modelled and the SSP gate opens ``ps_sync_s`` after the slowest worker's
-      completion, exactly as before this section existed.
+    * ``model_bytes``: size of the model, and of every worker's per-iteration update, in the simulation.
+      0 (the default): no PS traffic is simulated and the SSP gate opens ``ps_sync_s`` after the slowest
+      worker's completion. A real run always trains through its shards; a non-zero value must then be
+      the real model's size (``clustertwin run --backend real`` names it when it differs).
     * ``shards``: how many shards (None: one per machine, as in the paper); shard j lives on machine
-      j mod machines and owns a contiguous 1/shards slice of the model.
+      j mod machines and owns a contiguous 1/shards slice of the model (simulated and real).
+    * ``nic_gbps`` and ``latency_s`` describe the simulated network; a real run has the network it
+      runs on (a calibration sets them from it).
     * ``nic_gbps``: each machine's NIC, per direction (full duplex), shared max-min fairly by the flows
       crossing it. 1 Gbps: the paper's clusters (§3.4.1, "1 GbE").
     * ``latency_s``: one-way latency a push or pull pays after its last byte (None: ``latency_s``, the
@@ -116,9 +120,17 @@ class FlexRRReal(_Strict):
       and the profile's *excess* over nominal speed is slept on top (§3.4.1's "sleep d x t per part"), so
       ``iteration_s`` (per worker: ``iteration_s_per_worker``) must be the measured undelayed processing
       time (``experiments/flexrr_gpu.py`` calibrates it from a profiling run).
-    * the MLR problem (``runtime/flexrr/model.py``): ``features`` x ``classes`` weights; an item is a
-      mini-batch of ``batch`` examples drawn cyclically from a pool of ``pool`` examples (None: one
-      distinct example per item-batch, i.e. ``items x batch``).
+    * the training problem (``runtime/flexrr/model.py``): ``model`` (``mlr``, ``mlp``, ``cnn`` or a
+      user's ``module:function``, ``runtime/flexrr/models.py``; ``hidden`` is its width) trained by SGD
+      at rate ``lr`` on ``data`` (``synthetic``, ``synthetic_images`` or ``module:function``) of
+      ``features`` inputs and ``classes`` labels; an item is a mini-batch of ``batch`` examples drawn
+      cyclically from a pool of ``pool`` examples (None: one distinct example per item-batch, i.e.
+      ``items x batch``).
+    * ``emulated_hosts``: every machine of the cluster binds its parameter-server sockets to its own
+      loopback address (127.0.0.<2+m>), so that worker-shard traffic crosses distinct endpoints as it
+      would between hosts; false: all on 127.0.0.1.
+    * ``record_loss``: evaluate the training loss of every iteration's model after the run (info
+      ``loss_per_iteration``, metric ``iterations_to_target``).
     """
 
     device: Literal["cpu", "cuda"] = "cpu"
@@ -130,11 +142,29 @@ class FlexRRReal(_Strict):
     batch: PositiveInt = 1
     pool: PositiveInt | None = None
     lr: PositiveFloat = 0.5
+    model: str = "mlr"
+    data: str = "synthetic"
+    hidden: PositiveInt = 32
+    emulated_hosts: bool = True
+    record_loss: bool = True
     # how often an idle worker (at the gate, or waiting for help) polls its mailbox and the gate
     poll_s: PositiveFloat = 0.002
     # mailbox round trips each adjacent pair of workers times before training (0: none); the profiling
     # step of experiments/flexrr_gpu.py uses them to calibrate ``latency_s``
     probe_round_trips: NonNegativeInt = 0
+
+
+class Convergence(_Strict):
+    """Statistical efficiency (§3.4.3's convergence tests; ``policies/flexrr/convergence.py``): how many
+    iterations reach ``target_loss`` when every read is ``slack`` iterations stale,
+    ``ceil(iterations * (1 + per_staleness * slack))``. With ``iterations`` set, both backends report
+    ``iterations_to_target`` and ``time_to_target_s`` (time per iteration x iterations to target); a real
+    run with ``target_loss`` set also measures its own (``measured_iterations_to_target``). Fit both
+    from real runs with ``python -m experiments.flexrr_convergence``."""
+
+    target_loss: PositiveFloat | None = None
+    iterations: PositiveFloat | None = None
+    per_staleness: NonNegativeFloat = 0.0
 
 
 class FlexRRScenario(ScenarioBase):
@@ -159,6 +189,7 @@ class FlexRRScenario(ScenarioBase):
     stragglers: Stragglers = Stragglers()
     record_messages: bool = True
     real: FlexRRReal = FlexRRReal()
+    convergence: Convergence = Convergence()
 
     _known_mode = field_validator("mode")(registered(MODES))
 

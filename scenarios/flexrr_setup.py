@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from clustertwin.policies.flexrr import stragglers as st
 from clustertwin.policies.flexrr.config import RRConfig
+from clustertwin.policies.flexrr.convergence import ConvergenceModel
 from clustertwin.policies.flexrr.groups import helpee_groups, helper_groups, machine_of
 from clustertwin.policies.flexrr.straggler_models import StragglerParams, straggler_model
 from clustertwin.policies.flexrr.worker import RRWorker
@@ -121,4 +122,11 @@ def run_tables(
         "ideal_s": st.ideal_time(profiles(scenario), total_work),
         "total_items": int(sum(items) * scenario.iterations),
     }
+    conv = scenario.convergence
+    if conv.iterations is not None:
+        needed = ConvergenceModel(conv.iterations, conv.per_staleness).iterations_to_target(
+            scenario.effective_slack
+        )
+        info["iterations_to_target"] = needed
+        info["time_to_target_s"] = info["makespan_s"] / scenario.iterations * needed
     return iterations, info

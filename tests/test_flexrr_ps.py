@@ -197,9 +197,10 @@ def test_traffic_slows_bsp_more_than_flexrr_and_more_bytes_cost_more():
     assert t["flexrr", 20_000_000] < t["bsp", 20_000_000]
 
 
-def test_real_runtime_refuses_ps_traffic(tmp_path):
-    from clustertwin.runtime.flexrr.launch import run_real
+def test_a_real_run_refuses_a_ps_size_that_is_not_its_models():
+    from clustertwin.kinds.flexrr import SPEC
 
-    s = scenario("ps.model_bytes=1000")
     with pytest.raises(InputError, match="ps.model_bytes"):
-        run_real(s, tmp_path)
+        SPEC.check(
+            scenario("cluster.machines=2", "cluster.workers_per_machine=2", "ps.model_bytes=1000"), "real"
+        )

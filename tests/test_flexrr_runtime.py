@@ -1,6 +1,7 @@
-"""FlexRR on 4 real gloo processes: exactly-once processing checked through the trained model itself.
+"""FlexRR on real gloo processes (4 workers and 2 parameter-server shards on 2 emulated hosts):
+exactly-once processing checked through the trained model itself.
 
-Under exact slack-s reads the final MLR model does not depend on which worker processed which item, so it
+Under exact slack-s reads the final model does not depend on which worker processed which item, so it
 must equal the serial reference; a lost, duplicated or misattributed reassigned range would change it.
 """
 
@@ -11,17 +12,20 @@ from pathlib import Path
 import pytest
 import torch
 from clustertwin.runtime.flexrr.launch import run_real
-from clustertwin.runtime.flexrr.model import MLRProblem, reference
+from clustertwin.runtime.flexrr.model import problem_for, reference
 from clustertwin.scenarios.load import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("mode", ["flexrr", "bsp_rr"])
-def test_real_workers_process_every_item_exactly_once(mode, tmp_path):
+@pytest.mark.parametrize(("mode", "model"), [("flexrr", "mlr"), ("bsp_rr", "mlp")])
+def test_real_workers_process_every_item_exactly_once(mode, model, tmp_path):
     s = load_scenario(
         ROOT / "scenarios" / "flexrr-default.yaml",
         [
+            f"real.model={model}",
+            "real.hidden=8",
+            "convergence.target_loss=1.3",
             "cluster.machines=2",
             "cluster.workers_per_machine=2",
             "iterations=4",
@@ -34,8 +38,14 @@ def test_real_workers_process_every_item_exactly_once(mode, tmp_path):
         ],
     )
     result, final = run_real(s, tmp_path)
-    expected = reference(MLRProblem(items=400, seed=s.seed), s.iterations, s.effective_slack)
+    expected = reference(problem_for(s, 400), s.iterations, s.effective_slack)
     torch.testing.assert_close(final, expected, rtol=1e-9, atol=1e-12)
+    # every update crossed the sharded parameter server: 2 shards, one per emulated host
+    assert result.info["ps_bytes_pushed"] >= s.iterations * final.numel() * 8 * 4
+    losses = [float(x) for x in result.info["loss_per_iteration"].split(",")]
+    assert len(losses) == s.iterations + 1 and losses[-1] < losses[0]
+    reached = result.info["measured_iterations_to_target"]
+    assert reached != reached or losses[int(reached)] <= 1.3 < losses[int(reached) - 1]
 
     commits = result.tables["commits"].sort_values(["owner", "iteration", "start_item"])
     assert commits.groupby(["owner", "iteration"]).ngroups == 4 * s.iterations
@@ -105,3 +115,24 @@ def test_a_worker_killed_mid_run_stops_the_run_with_its_name(tmp_path, capsys):
     assert ended - killed[0] < 20.0  # stopped promptly, not after the 50 s the run would take
     assert not out.exists()
     assert spawned() == []
+
+
+@pytest.mark.slow
+def test_the_ps_scenario_runs_for_real_and_compares_with_its_simulation(tmp_path, capsys):
+    """`scenarios/flexrr-real-ps.yaml` end to end through the CLI: the MLP's loss falls to the target, and
+    `compare` prints time per iteration and time to the target loss against the simulation."""
+    import json
+
+    from clustertwin.cli import main
+
+    scenario = str(ROOT / "scenarios" / "flexrr-real-ps.yaml")
+    real, sim = tmp_path / "real", tmp_path / "sim"
+    assert main(["run", scenario, "--backend", "real", "--out", str(real), "--quiet", "--no-plots"]) == 0
+    assert main(["run", scenario, "--out", str(sim), "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((real / "summary.json").read_text())["metrics"]
+    assert metrics["final_loss"] < 0.6 < metrics["initial_loss"]
+    assert metrics["iterations_to_target"] <= 30
+    capsys.readouterr()
+    assert main(["compare", str(sim), str(real)]) == 0
+    printed = capsys.readouterr().out
+    assert "time_per_iteration_s" in printed and "time_to_target_s" in printed

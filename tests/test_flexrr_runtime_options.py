@@ -1,6 +1,6 @@
 """The scenario fields a calibrated or GPU FlexRR run uses, without starting processes: per-worker
-iteration times, stragglers restricted to some workers, the ``real:`` block, and the MLR problem's
-mini-batch items over a cyclic pool (``runtime/flexrr/model.py``)."""
+iteration times, stragglers restricted to some workers, the ``real:`` block, the training problem's
+mini-batch items over a cyclic pool (``runtime/flexrr/model.py``) and its models and data sets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from clustertwin.runtime.flexrr.model import MLRProblem, delta, delta_items, problem_for, reference
+from clustertwin.runtime.flexrr.model import Problem, Trainer, problem_for, reference
+from clustertwin.runtime.models import mlr
 from clustertwin.scenarios.flexrr_setup import profiles
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.flexrr import run
@@ -49,25 +50,67 @@ def test_calibration_fields_are_checked():
 
 
 def test_items_as_minibatches_over_a_cyclic_pool():
-    p = MLRProblem(items=10, features=5, classes=3, batch=4, pool=7)
+    p = Problem(items=10, features=5, classes=3, batch=4, pool=7)
     assert p.pieces(0, 1) == [(0, 4)]
     assert p.pieces(1, 3) == [(4, 7), (0, 5)]  # rows 4..11 wrap once
     assert p.pieces(2, 10) == [(1, 7), (0, 7), (0, 7), (0, 7), (0, 5)]
-    x, y = p.data()
-    w = torch.randn(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    t = Trainer(p)
+    w = torch.randn(t.size, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     rows = torch.cat([torch.arange(a, b) for a, b in p.pieces(1, 3)])
-    torch.testing.assert_close(delta_items(p, x, y, w, 1, 3), delta(p, x[rows], y[rows], w))
+    # MLR through autograd is the closed-form softmax step of runtime/models/mlr.py
+    closed = mlr.update(t.x[rows], t.y[rows], w.view(3, 5).T, p.lr, p.items * p.batch).T.reshape(-1)
+    torch.testing.assert_close(t.delta_items(w, 1, 3), closed)
     # updates of any split of the items add up to the whole (what exactly-once processing relies on)
-    whole = delta_items(p, x, y, w, 0, 10)
-    parts = delta_items(p, x, y, w, 0, 3) + delta_items(p, x, y, w, 3, 10)
+    whole = t.delta_items(w, 0, 10)
+    parts = t.delta_items(w, 0, 3) + t.delta_items(w, 3, 10)
     torch.testing.assert_close(whole, parts)
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "lr"), [("mlp", "synthetic", 1.0), ("cnn", "synthetic_images", 0.2)]
+)
+def test_bundled_models_learn_their_data_serially(model, data, lr):
+    """The serial replay of a few BSP iterations lowers the training loss of each bundled model."""
+    from clustertwin.runtime.flexrr.model import replay
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a worker process; tiny convolutions only lose by threading
+    try:
+        p = Problem(items=128, features=16, classes=4, lr=lr, model=model, data=data, hidden=8)
+        t = Trainer(p)
+        models = replay(p, 8, 0)
+    finally:
+        torch.set_num_threads(threads)
+    assert t.loss(models[-1]) < 0.9 * t.loss(models[0])
+
+
+def test_a_users_model_and_data_as_module_function():
+    p = Problem(items=32, model="torch.nn:Bilinear", data="synthetic")
+    with pytest.raises(TypeError):
+        Trainer(p)  # Bilinear(input_shape, classes, hidden) is not a model factory: the error says so
+    with pytest.raises(KeyError, match="no_such_module"):
+        Trainer(Problem(items=32, model="no_such_module:f"))
+    with pytest.raises(KeyError, match="known: cnn, mlp, mlr"):
+        Trainer(Problem(items=32, model="resnet"))
+
+
+def test_the_real_check_names_bad_model_fields_and_a_wrong_ps_size():
+    from clustertwin.kinds.flexrr import SPEC
+
+    base = ROOT / "scenarios" / "flexrr-real-ps.yaml"
+    with pytest.raises(InputError, match="real.model"):
+        SPEC.check(load_scenario(base, ["real.model=nope"]), "real")
+    with pytest.raises(InputError, match=r"ps.model_bytes: 13856"):  # 1732 float64 parameters
+        SPEC.check(load_scenario(base, ["ps.model_bytes=1000"]), "real")
+    SPEC.check(load_scenario(base, ["ps.model_bytes=13856"]), "real")
+    SPEC.check(load_scenario(base, ["ps.model_bytes=1000"]), "sim")  # the simulator takes any size
 
 
 def test_default_problem_is_one_example_per_item():
     s = load_scenario(ROOT / "scenarios" / "flexrr-default.yaml", SMALL)
     p = problem_for(s, 400)
-    assert (p.batch, p.examples, p.dtype, p.features, p.classes) == (1, 400, "float64", 16, 4)
-    x, y = p.data()
+    assert (p.batch, p.examples, p.dtype, p.features, p.classes, p.model) == (1, 400, "float64", 16, 4, "mlr")
+    x, y = p.load()
     assert x.shape == (400, 16) and x.dtype == torch.float64
     assert torch.isfinite(reference(p, 2, 1)).all()
 

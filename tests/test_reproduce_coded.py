@@ -22,6 +22,7 @@ GATING = {
     "group-0-is-ssp",
     "group-3plus-near-ideal",
     "group-3to16-negligible",
+    "replication-25-vs-ssp",
 }
 
 

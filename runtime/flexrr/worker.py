@@ -1,15 +1,15 @@
-"""One FlexRR worker process: real MLR training under BSP/SSP with RapidReassignment ([Harlap], ch. 3).
+"""One FlexRR process of a real run ([Harlap], ch. 3): a worker training the scenario's torch model under
+BSP/SSP with RapidReassignment, or a parameter-server shard (``runtime/flexrr/ps.py``).
 
-The decisions are ``policies.flexrr.worker.RRWorker``'s; this executor processes items in chunks of one
+The decisions are ``policies.flexrr.worker.RRWorker``'s; a worker processes items in chunks of one
 message-check interval (§3.3.2), checks its mailbox between chunks, injects the scenario's straggler
 profile by sleeping (the same ``SpeedProfile`` objects the simulator uses, like the paper's sleeps
-between items, §3.4.1), and carries out commits and iteration completions on a store-backed parameter
-table (key prefix ``flexrr/<run>/``):
-
-* ``upd/{k}/{owner}/{start}``: the update of one committed range of ``owner``'s iteration ``k``;
-* ``done/{k}/{owner}``: the starts of all of ``owner``'s committed ranges of iteration ``k``, written when
-  its iteration is complete (own items and all reassigned ones, §3.3.3);
-* ``iterdone/{k}``: how many workers completed iteration ``k`` (the SSP gate).
+between items, §3.4.1), and carries out commits and iteration completions on the sharded parameter
+server: a ``Commit`` pushes the range's update to every shard, an ``IterationDone`` declares the
+iteration's ranges (own items and all reassigned ones, §3.3.3), and a read pulls the model the SSP rule
+allows. The control plane stays on the job's store (key prefix ``flexrr/<run>/``): the mailbox,
+``iterdone/{k}`` (how many workers completed iteration ``k``: the SSP gate, after which the read's pull
+is answered at once) and ``finished``.
 
 Straggler pacing (``real.pacing``): ``profile`` makes each chunk last exactly what the profile says
 (real compute hidden inside; CPU CI runs), ``compute`` lets the chunk take its real compute and sleeps the
@@ -17,8 +17,8 @@ profile's excess over nominal speed on top (GPU runs, where the compute is what 
 
 On ``real.device: cuda`` worker ``w`` trains on ``cuda:<w mod gpus>``; the model, data and update
 buffers live there, and a chunk's time is taken after ``torch.cuda.synchronize`` so it is the real
-compute. Updates cross the store as CPU tensors. The process group (gloo) only serves barriers: no
-tensor collective is needed, since updates go through the parameter table.
+compute. Updates cross the data plane as CPU tensors. The default process group (gloo) only serves
+barriers; the data plane is a gloo group of its own, bound to each machine's address.
 
 One process can run several scenarios in a row (``runtime.flexrr.launch.run_real_many``): a GPU
 experiment then pays process start, CUDA initialisation and data generation once.
@@ -26,22 +26,24 @@ experiment then pays process start, CUDA initialisation and data generation once
 
 from __future__ import annotations
 
+import io
 import json
-import pickle
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from clustertwin.policies.flexrr.consistency import gating_iteration
+from clustertwin.policies.flexrr.groups import machine_of
 from clustertwin.policies.flexrr.messages import Commit, IterationDone, Message, Wasted
 from clustertwin.policies.flexrr.worker import Phase
 from clustertwin.runtime.flexrr.mailbox import StoreMailbox
-from clustertwin.runtime.flexrr.model import MLRProblem, delta_items, problem_for
+from clustertwin.runtime.flexrr.model import Problem, Trainer, problem_for
+from clustertwin.runtime.flexrr.ps import PSClient, data_plane, host_address, serve
 from clustertwin.runtime.launch import join
 from clustertwin.scenarios.flexrr_schema import FlexRRReal, FlexRRScenario
 
-from clustertwin.atomic import write_text
+from clustertwin.atomic import write_bytes, write_text
 
 
 def pick_device(rt: FlexRRReal, rank: int) -> torch.device:
@@ -60,21 +62,47 @@ def pick_device(rt: FlexRRReal, rank: int) -> torch.device:
     return device
 
 
-def worker_main(rank: int, scenarios_json: list[str], out_dir: str) -> None:
-    """Entry point of one worker process (started by ``runtime.flexrr.launch`` through
-    ``runtime.launch``): run each scenario in turn, writing ``out_dir/run{i}/rank{rank}.json``."""
+def shards(scenario: FlexRRScenario) -> int:
+    """How many PS shards a real run starts (``ps.shards``; None: one per machine, §3.2)."""
+    return scenario.ps.shards or scenario.cluster.machines
+
+
+def address(scenario: FlexRRScenario, rank: int) -> str:
+    """The data-plane address of process ``rank``: worker w on its machine, shard j on machine j mod M."""
+    c = scenario.cluster
+    machine = machine_of(rank, c.machines) if rank < c.workers else (rank - c.workers) % c.machines
+    return host_address(machine, scenario.real.emulated_hosts)
+
+
+def process_main(rank: int, scenarios_json: list[str], out_dir: str) -> None:
+    """Entry point of one process (started by ``runtime.flexrr.launch`` through ``runtime.launch``):
+    ranks below the worker count are workers, the others PS shards. Each scenario runs in turn; a
+    worker writes ``out_dir/run{i}/rank{rank}.json``, a shard ``shard{j}.pt`` (its slice of every
+    iteration's update)."""
     scenarios = [FlexRRScenario.model_validate_json(j) for j in scenarios_json]
-    device = pick_device(scenarios[0].real, rank)
-    # gloo even on CUDA: the group only serves barriers; one thread per worker, one worker per core
-    # (§3.2); the launcher's store is also the parameter table
+    workers = scenarios[0].cluster.workers
+    device = pick_device(scenarios[0].real, rank) if rank < workers else torch.device("cpu")
+    # gloo even on CUDA: the default group only serves barriers; one thread per process, one worker per
+    # core (§3.2); the launcher's store carries the control plane
     member = join("cpu", "gloo", threads=1)
     world, store = member.world, member.store
-    data: dict[MLRProblem, tuple[torch.Tensor, torch.Tensor]] = {}
+    pg = data_plane(store, rank, world, address(scenarios[0], rank), "flexrr/ps")
+    trainers: dict[Problem, Trainer] = {}
     for i, scenario in enumerate(scenarios):
-        out = _run_one(f"flexrr/{i}", rank, world, scenario, store, device, data)
-        path = Path(out_dir) / f"run{i}" / f"rank{rank}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps(out))
+        ns, run_dir = f"flexrr/{i}", Path(out_dir) / f"run{i}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if rank >= workers:
+            dtype = getattr(torch, scenario.real.dtype)
+            size = int(store.get(f"{ns}/size").decode())  # worker 0 announces the model's size
+            dist.barrier()
+            updates = serve(pg, rank - workers, world - workers, workers, size, dtype)
+            buf = io.BytesIO()
+            torch.save(updates, buf)
+            write_bytes(run_dir / f"shard{rank - workers}.pt", buf.getvalue())
+            dist.barrier()
+            continue
+        out = _run_one(ns, rank, workers, scenario, store, device, trainers, pg, world - workers)
+        write_text(run_dir / f"rank{rank}.json", json.dumps(out))
     dist.destroy_process_group()
 
 
@@ -125,7 +153,9 @@ def _run_one(
     scenario: FlexRRScenario,
     store: dist.Store,
     device: torch.device,
-    data: dict[MLRProblem, tuple[torch.Tensor, torch.Tensor]],
+    trainers: dict[Problem, Trainer],
+    pg: dist.ProcessGroup,
+    n_shards: int,
 ) -> dict:
     # the sim's builders give every process the same groups, ranges and straggler realisation
     from clustertwin.scenarios.flexrr_setup import items_per_worker, machines, profiles
@@ -135,11 +165,14 @@ def _run_one(
     machine = machines(scenario, items)[rank]
     profile = profiles(scenario)[rank]
     problem = problem_for(scenario, sum(items))
-    if problem not in data:
-        data.clear()  # one data set at a time on the device
-        data[problem] = problem.data(device)
-    x, y = data[problem]
-    w0 = problem.initial(device)
+    if problem not in trainers:
+        trainers.clear()  # one data set at a time on the device
+        trainers[problem] = Trainer(problem, device)
+    trainer = trainers[problem]
+    w0 = trainer.w0
+    if rank == 0:
+        store.set(f"{ns}/size", str(trainer.size))
+    client = PSClient(pg, rank, world, n_shards, w0.cpu())
     slack = scenario.effective_slack
     nominal = scenario.items_per_worker
     check_every = machine.check_every
@@ -151,34 +184,23 @@ def _run_one(
             torch.cuda.synchronize(device)  # kernels are asynchronous: time the real compute
 
     # warm-up outside the timed run: cuBLAS handles and kernel selection cost far more on the first call
-    delta_items(problem, x, y, w0, machine.lo, min(machine.hi, machine.lo + check_every))
+    trainer.delta_items(w0, machine.lo, min(machine.hi, machine.lo + check_every))
     sync()
 
-    # cum[k] = U_0 + ... + U_{k-1} over complete iterations; W_t = W_0 + cum[t - slack]
-    cum: list[torch.Tensor] = [torch.zeros_like(w0)]
-    models: dict[int, torch.Tensor] = {}
+    models: dict[int, torch.Tensor] = {}  # W_0 + U_0 + ... + U_{need-1}, by need
     buffers: dict[tuple[int, int, int], torch.Tensor] = {}
-    published: list[str] = []
     log_iterations: list[list] = []
     log_commits: list[list] = []
     log_messages: list[list] = []
     wasted = 0
     compute_s = 0.0
 
-    def load_through(k: int) -> None:
-        while len(cum) <= k + 1:
-            j = len(cum) - 1
-            total = torch.zeros_like(w0)
-            for owner in range(world):
-                for start in pickle.loads(store.get(f"{ns}/done/{j}/{owner}")):
-                    total += pickle.loads(store.get(f"{ns}/upd/{j}/{owner}/{start}")).to(device)
-            cum.append(cum[-1] + total)
-
     def model_for(iteration: int) -> torch.Tensor:
         need = max(0, iteration - slack)  # W_t = W_0 + sum of U_k, k <= t - slack - 1
         if need not in models:
-            load_through(need - 1)
-            models[need] = w0 + cum[need]
+            models[need] = w0 if need == 0 else w0 + client.pull(need).to(device)
+            for old in [k for k in models if k < need - slack - 1]:
+                del models[old]  # no task reads further back than its own slack
         return models[need]
 
     rtts = _probe(store, rank, world, ns, rt.probe_round_trips, rt.poll_s) if rt.probe_round_trips else []
@@ -195,14 +217,11 @@ def _run_one(
         nonlocal wasted
         for a in actions:
             if isinstance(a, Commit):
-                buf = buffers.pop((a.owner, a.iteration, a.start))
-                key = f"{ns}/upd/{a.iteration}/{a.owner}/{a.start}"
-                store.set(key, pickle.dumps(buf.cpu()))
-                published.append(key)
+                client.push(a.iteration, a.owner, a.start, buffers.pop((a.owner, a.iteration, a.start)))
                 log_commits.append([a.owner, a.iteration, a.start, a.end, a.by, a.kind, now()])
             elif isinstance(a, IterationDone):
                 starts = sorted([machine.lo] + [o.start for o in machine.out.values()])
-                store.set(f"{ns}/done/{a.iteration}/{rank}", pickle.dumps(starts))
+                client.done(a.iteration, starts)
                 store.add(f"{ns}/iterdone/{a.iteration}", 1)
                 log_iterations.append([a.worker, a.iteration, a.started_at, a.own_done_at, a.done_at])
                 if a.iteration + 1 == scenario.iterations:
@@ -225,7 +244,7 @@ def _run_one(
             t0 = now()
             w = model_for(task.iteration)
             key = (task.owner, task.iteration, task.origin)
-            part = delta_items(problem, x, y, w, task.start, task.start + k)
+            part = trainer.delta_items(w, task.start, task.start + k)
             buffers[key] = buffers[key] + part if key in buffers else part
             sync()
             spent = now() - t0
@@ -253,10 +272,9 @@ def _run_one(
         time.sleep(rt.poll_s)
 
     makespan = now()
-    final = model_for(scenario.iterations + slack)  # every U_k, k < iterations
+    final = model_for(scenario.iterations + slack) if rank == 0 else None  # every U_k, k < iterations
+    client.stop()
     dist.barrier()
-    for key in published:  # every worker has loaded them: free the store's memory for the next run
-        store.delete_key(key)
     return {
         "rank": rank,
         "device": str(device),
@@ -264,7 +282,9 @@ def _run_one(
         "commits": log_commits,
         "messages": log_messages,
         "wasted": wasted,
-        "final": final.cpu().tolist() if rank == 0 else None,
+        "final": final.cpu().tolist() if final is not None else None,
+        "ps_bytes_pushed": client.bytes_pushed,
+        "ps_bytes_pulled": client.bytes_pulled,
         "makespan_s": makespan,
         "compute_s": compute_s,
         "items_processed": odo,
