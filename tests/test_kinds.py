@@ -4,6 +4,7 @@ plot and comparison) goes through ``run``, ``plot``, ``report`` and ``compare`` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -25,7 +26,16 @@ import clustertwin
 from clustertwin import api
 from clustertwin.cli import main
 from clustertwin.errors import InputError
-from clustertwin.kinds import Compared, Comparison, KindSpec, get_kind, kinds, register_kind, unregister_kind
+from clustertwin.kinds import (
+    KINDS,
+    Compared,
+    Comparison,
+    KindSpec,
+    get_kind,
+    kinds,
+    register_kind,
+    unregister_kind,
+)
 
 # ------------------------------------------------------------------------------------------ a toy kind
 
@@ -175,7 +185,9 @@ def test_registry_errors() -> None:
         get_kind("nonesuch")
 
 
-def test_a_kind_without_a_backend_says_so(capsys) -> None:
+def test_a_kind_without_a_backend_says_so(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every built-in kind runs for real; a kind registered without a real backend must say so.
+    monkeypatch.setitem(KINDS, "pipedream", dataclasses.replace(get_kind("pipedream"), run_real=None))
     assert (
         main(["run", "scenarios/pipedream-default.yaml", "--backend", "real", "--out", "/nonexistent"]) == 2
     )
@@ -198,8 +210,8 @@ def test_list_shows_every_kind_and_the_gavel_policies(capsys) -> None:
     by_name = {kind["name"]: kind for kind in listed["kinds"]}
     assert list(by_name) == [spec.name for spec in kinds()]
     assert by_name["spot"]["simulate"] is True and by_name["spot"]["real"] is True
-    assert by_name["pipedream"]["real"] is False
-    assert by_name["gavel"]["reproduce"] == ["gavel"] and by_name["pipedream"]["bench"] is True
+    assert all(by_name[spec.name]["real"] is (spec.run_real is not None) for spec in kinds())
+    assert by_name["gavel"]["reproduce"] == ["gavel", "cloud"] and by_name["pipedream"]["bench"] is True
     entries = listed["families"]["gavel allocation"]["entries"]
     assert list(entries) == ALLOCATION.names() and all(entries.values())
 
