@@ -34,7 +34,7 @@ from clustertwin.policies.spot import (
     DecisionPoint,
     FaultTolerance,
 )
-from clustertwin.sim.spot.billing import BillingModel
+from clustertwin.policies.spot.billing import BillingModel
 from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import PerfModel
 

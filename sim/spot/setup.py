@@ -17,10 +17,10 @@ from clustertwin.policies.bidbrain import (
     estimate_eviction_table,
 )
 from clustertwin.policies.spot import ACQUISITION, AcquisitionInputs, AcquisitionPolicy, FaultTolerance
+from clustertwin.policies.spot.billing import billing_model
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import to_frame
 from clustertwin.scenarios.spot_schema import SpotScenario
-from clustertwin.sim.spot.billing import billing_model
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
 from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table
 from clustertwin.sim.spot.perf import DEFAULT_PERF
@@ -170,7 +170,7 @@ def policies(scenario: SpotScenario, table: pd.DataFrame) -> tuple[AcquisitionPo
 
 def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, pd.Timestamp]:
     """The engine's inputs for a scenario."""
-    if scenario.real is not None:
+    if scenario.real is not None and not scenario.real.market:
         raise InputError(
             f"{scenario.source}: field real",
             "real describes a real run (processes and an eviction schedule), which a market simulation"
