@@ -143,7 +143,7 @@ def spot_real_metrics(result: RunResult) -> dict[str, float]:
 MARKET_REAL_TABLES: dict[str, dict[str, str]] = {
     **SPOT_TABLES,
     "iterations": RUN_TABLES["iterations"],
-    "recoveries": RUN_TABLES["evictions"],
+    "recoveries": {**RUN_TABLES["evictions"], "reason": "str"},  # evicted | released
     "checkpoints": RUN_TABLES["checkpoints"],
     "epochs": RUN_TABLES["epochs"],
 }

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from clustertwin.runtime.spot.driver import schedule
 from clustertwin.runtime.spot.fleet import MarketInputs
 from clustertwin.runtime.spot.launch import run_job
@@ -195,6 +196,10 @@ def run_market_real(
         rate = (nxt["clocks"] - row["clocks"]) * wpc / dt_h if nxt and dt_h > 0 else 0.0
         progress_rows.append({**row, "work_done": min(row["clocks"] * wpc, inputs.total_work), "rate": rate})
     done = launcher.end_reason == "job_done"
+    recoveries = evictions(rec, it, launcher.end_s * launcher.f)
+    # evicted by the market, or released by the policy (evictions() keeps the kill order)
+    by_kill = sorted(rec.evictions, key=lambda e: e["killed_s"])
+    recoveries["reason"] = pd.Series([e.get("reason", "evicted") for e in by_kill], dtype=object)
     ref_type = inputs.reference_type
     tables = {
         "acquisitions": to_frame("acquisitions", books["acquisitions"]),
@@ -203,7 +208,7 @@ def run_market_real(
         "progress": to_frame("progress", progress_rows),
         "usage": to_frame("usage", books["usage"]),
         "iterations": it,
-        "recoveries": evictions(rec, it, launcher.end_s * launcher.f),
+        "recoveries": recoveries,
         "checkpoints": run_frame("checkpoints", rec.checkpoints),
         "epochs": run_frame("epochs", rec.epochs),
     }
