@@ -106,6 +106,11 @@ class Controller:
 
     def evict(self, doomed: Sequence[str]) -> Epoch:
         """The epoch after ``doomed`` (transient processes) leave: §1.6 "Some evicted" / "All evicted"."""
+        self.remove(doomed)
+        return self.epoch()
+
+    def remove(self, doomed: Sequence[str]) -> None:
+        """``doomed`` (transient processes) leave; partitions re-planned (no epoch: none may be left)."""
         gone = set(doomed)
         self.transient = [t for t in self.transient if t not in gone]
         for name in gone:
@@ -116,7 +121,6 @@ class Controller:
             else:  # down to stage 1: the BackupPSs become ParamServs (§1.3 "2→1")
                 moves = self.table.assign_active([])
             self.migrations += len(moves)
-        return self.epoch()
 
     def stop_epoch(self) -> Epoch:
         return Epoch(self._bump(), (), (), (), self.stage(), stop=True)

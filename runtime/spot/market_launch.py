@@ -183,7 +183,7 @@ class MarketLauncher(Launcher):
         if not doomed:
             return
         if not self.started:  # never trained: nothing to recover
-            self.ctrl.evict(doomed)
+            self.ctrl.remove(doomed)
             return
         self.why = p.leave.reason
         row = self.flushing.pop(p.event.index, None) or self._on_warning(p.event, t)
@@ -201,7 +201,7 @@ class MarketLauncher(Launcher):
         self._kill(others)
         row["stopped_s"] = self.now()
         clock, params = self._read_checkpoint()
-        self.ctrl.evict(doomed)
+        self.ctrl.remove(doomed)
         self.arrivals += [(name, r, ready_t) for name, (r, ready_t) in sorted(self.joiners.items())]
         self.joiners.clear()
         self.killed -= set(others)

@@ -44,6 +44,12 @@ def check_real(scenario: SpotScenario, cores: int | None = None, processes: int 
             f" market to acquire from (policy {scenario.policy!r}) and no simulated machines yet, so it"
             f" cannot honour {', '.join(sim_only)}; remove them, or simulate without real",
         )
+    if real.market and scenario.stragglers is not None:
+        raise InputError(
+            f"{scenario.source}: field stragglers",
+            "stragglers and FlexRR inside AgileML's workers are simulated only; the real workers run at"
+            " their machines' speed: remove stragglers, or simulate",
+        )
     cores = cores or os.cpu_count() or 1
     procs = real.processes.reliable + real.processes.transient if processes is None else processes
     field = "real.processes" if processes is None else "job.max_scale"
