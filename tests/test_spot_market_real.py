@@ -81,13 +81,14 @@ def _books_both(acq: str, ft: str, billing: str, pa, pb) -> tuple[dict, dict, li
     actions = list(fleet.start())
     for t in np.arange(0.0, END_S, 97.0):  # a launcher's poll ticks
         actions += fleet.advance(float(t))
+    actions += fleet.advance(END_S, before=True)
     fleet.end(END_S, "max_runtime")
     names = ("acquisitions", "evictions", "bills")
     sim_books = {name: pd.DataFrame(getattr(sim.books, name)) for name in names}
     return sim_books, {k: pd.DataFrame(v) for k, v in fleet.books().items()}, actions
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(
         [
@@ -95,6 +96,7 @@ def _books_both(acq: str, ft: str, billing: str, pa, pb) -> tuple[dict, dict, li
             ("bidbrain", "checkpoint", "per_second"),
             ("standard", "checkpoint", "hourly_refund"),
             ("just_above", "agileml", "per_second"),
+            ("on_demand", "checkpoint", "hourly_refund"),
         ]
     ),
     path,

@@ -83,12 +83,13 @@ class _Rec:
     ready_s: float = math.nan
     ended_s: float = math.nan
     end_reason: str = ""
-    state: str = "pending"  # pending | booting | running | warned | leaving | gone
+    state: str = "pending"  # pending | booting | running | warned | gone
     first_hour_s: float = math.nan
+    drop: bool = False  # not renewed: released when its billing hour ends
 
     @property
     def alive(self) -> bool:
-        return self.state in ("booting", "running", "warned", "leaving")
+        return self.state in ("booting", "running", "warned")
 
 
 @dataclass
@@ -128,9 +129,10 @@ class Fleet:
         self._decide("start")
         return self._flush()
 
-    def advance(self, t: float) -> list[Boot | Leave]:
-        """Run every event due by market time ``t``; return what the launcher must carry out."""
-        while self._heap and self._heap[0][0] <= t and not self.ended:
+    def advance(self, t: float, before: bool = False) -> list[Boot | Leave]:
+        """Run every event due by market time ``t`` (``before``: only those before it); return what the
+        launcher must carry out."""
+        while self._heap and not self.ended and (self._heap[0][0] < t if before else self._heap[0][0] <= t):
             when, _, fn = heapq.heappop(self._heap)
             self.now = when
             fn()
@@ -195,7 +197,7 @@ class Fleet:
     def _hour_boundary(self, rec: _Rec) -> None:
         if not rec.alive:
             return
-        if rec.state == "leaving":
+        if rec.drop:
             self._end_rec(rec, "released")
             return
         rec.alloc = replace(rec.alloc, price=self._current(rec), hour_start_s=self.now)
@@ -212,7 +214,7 @@ class Fleet:
             return
         footprint = [r.alloc for r in self._recs.values() if r.alive]
         if not self.acq.renew(self.now, rec.alloc, self._footprint_work(footprint), self._prices()):
-            rec.state = "leaving"
+            rec.drop = True
             end = rec.alloc.hour_start_s + HOUR_S
             self._out.append(Leave(rec.alloc.alloc_id, rec.names, self.now, end, "released"))
 
@@ -232,6 +234,8 @@ class Fleet:
         self._at(kill, lambda: self._evicted(rec, warned, price))
 
     def _evicted(self, rec: _Rec, warned_s: float, price: float) -> None:
+        if rec.state == "gone":  # released at its hour end while warned: nothing left to evict
+            return
         a = rec.alloc
         self.evictions.append(
             {
@@ -276,7 +280,7 @@ class Fleet:
         inp = self.inputs
         prices = self._prices()
         # as the simulator: a warned allocation is gone; one not renewed still counts until its hour ends
-        held = [r.alloc for r in self._recs.values() if r.state in ("booting", "running", "leaving")]
+        held = [r.alloc for r in self._recs.values() if r.state in ("booting", "running")]
         pending = [
             replace(r.alloc, price=self._current(r), hour_start_s=self.now)
             for r in self._recs.values()
@@ -306,8 +310,9 @@ class Fleet:
 
     # ---- the end and the books ----------------------------------------------------------------
     def end(self, t: float, reason: str) -> None:
-        """The job is done (or stopped): every held instance ends now, pending requests are cancelled."""
-        self.advance(t)
+        """The job is done (or stopped): every held instance ends now, pending requests are cancelled.
+        The end comes first among the events at ``t``, as in the simulator."""
+        self.advance(t, before=True)
         for rec in self._recs.values():
             if rec.alive:
                 self._end_rec(rec, reason)
@@ -396,7 +401,7 @@ class Fleet:
 
     def held(self) -> tuple[int, int]:
         """(reliable, transient) instances running now."""
-        run = [r for r in self._recs.values() if r.state in ("running", "warned", "leaving")]
+        run = [r for r in self._recs.values() if r.state in ("running", "warned")]
         return (
             sum(r.alloc.count for r in run if r.alloc.on_demand),
             sum(r.alloc.count for r in run if not r.alloc.on_demand),

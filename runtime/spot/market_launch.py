@@ -174,10 +174,11 @@ class MarketLauncher(Launcher):
                 self._kill_leaving(p, t)
 
     def _kill_leaving(self, p: _Pending, t: float) -> None:
-        gone = [n for n in p.unjoined if n in self.joiners]
+        # processes not in the job (booting, or already leaving on an earlier notice) go at once
+        gone = [n for n in p.unjoined if n in self.procs and n not in self.killed]
         self._kill(gone)
         for n in gone:
-            del self.joiners[n]
+            self.joiners.pop(n, None)
         self.arrivals = [a for a in self.arrivals if a[0] not in p.unjoined]
         doomed = [n for n in p.event.processes if n not in self.killed]
         if not doomed:

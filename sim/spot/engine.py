@@ -391,6 +391,8 @@ class SpotSim:
         self._at(now + warning, lambda: self._evicted(rec, now, price, was_working))
 
     def _evicted(self, rec: _Alloc, warned_s: float, price: float, was_working: bool) -> None:
+        if rec.state == "gone":  # released at its hour end while warned: nothing left to evict
+            return
         cfg = self.cfg
         self._advance()
         recovery, lost = "none", 0.0
