@@ -398,11 +398,3 @@ class Fleet:
                 )
                 t += HOUR_S
         return {"acquisitions": acquisitions, "evictions": self.evictions, "bills": bills, "usage": usage}
-
-    def held(self) -> tuple[int, int]:
-        """(reliable, transient) instances running now."""
-        run = [r for r in self._recs.values() if r.state in ("running", "warned")]
-        return (
-            sum(r.alloc.count for r in run if r.alloc.on_demand),
-            sum(r.alloc.count for r in run if not r.alloc.on_demand),
-        )

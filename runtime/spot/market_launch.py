@@ -72,7 +72,7 @@ class MarketLauncher(Launcher):
         # -> (reliable, when it has booted: real seconds)
         self.leaves: list[_Pending] = []
         self.flushing: dict[int, dict] = {}
-        self.alloc_of: dict[int, _Pending] = {}
+        self.events = 0  # Leaves seen: the index of the next eviction event
         self.progress_rows: list[dict] = []
         self.why = "start"
         self.end_reason = ""
@@ -156,10 +156,9 @@ class MarketLauncher(Launcher):
         live = set(self.ctrl.live)
         joined = tuple(n for n in leave.names if n in live)
         unjoined = [n for n in leave.names if n not in live]
-        index = len(self.alloc_of)
+        index, self.events = self.events, self.events + 1
         event = EvictionEvent(index, leave.warn_s * self.f, leave.kill_s * self.f, joined)
         pending = _Pending(leave, event, unjoined)
-        self.alloc_of[index] = pending
         self.leaves.append(pending)
 
     def _carry_out(self, t: float) -> None:
