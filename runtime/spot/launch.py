@@ -99,6 +99,8 @@ class Launcher:
         self.t0 = 0.0
         self.initial_workers = len(real.reliable_names) + len(real.transient_names)
         self.poll_s = real.agileml.poll_s
+        self.seed = scenario.seed
+        self.stragglers = None if scenario.stragglers is None else scenario.stragglers.model_dump()
         self.ckpt_every_s = real.checkpoint.interval_s
         self.spec: dict[str, Any] = {}
 
@@ -154,6 +156,8 @@ class Launcher:
             "initial_workers": self.initial_workers,
             "log_dir": str(self.log_dir),
             "ckpt_dir": str(self.ckpt_dir) if self.scheme.checkpoints else None,
+            "stragglers": self.stragglers,
+            "seed": self.seed,
         }
         self.spec = spec
         ctx = _context()

@@ -100,6 +100,11 @@ class TrainingProcess:
         self.t0 = 0.0
         # A machine acquired mid-run (scale-up) joins at the first clock bound to an epoch that has it.
         self.joining = bool(spec.get("join"))
+        self.workers = None
+        if spec.get("stragglers") is not None:
+            from clustertwin.runtime.spot.reassign import Reassigning
+
+            self.workers = Reassigning(name, spec)
 
     # ---- plumbing -----------------------------------------------------------------------------
     def now(self) -> float:
@@ -223,6 +228,8 @@ class TrainingProcess:
     def _rollback(self) -> None:
         g = int(self.st.add("gen", 0))
         start, _eid = pickle.loads(self.st.get(f"genstart/{g}"))
+        if self.workers is not None:
+            self.workers.reset()
         self.g, self.c = g, start
         self.serving.clear()
         self.acc.clear()
@@ -274,15 +281,18 @@ class TrainingProcess:
                     [_arr(v) for v in st.multi_get([f"param/{g}/{p}/{c}" for p in range(self.n)])]
                 )
                 i = ep.workers.index(me)
-                lo, hi = share_bounds(self.problem.batch, len(ep.workers), i)
-                idx = torch.from_numpy(self.problem.batch_indices(c)[lo:hi]).to(self.device)
-                u = update(self.problem, self.x[idx], self.y[idx], torch.from_numpy(w).to(self.device))
-                u = u.cpu().numpy()
-                # emulate a machine of fixed speed: the step takes step_s per nominal share
-                nominal = self.problem.batch / self.spec["initial_workers"]
-                spare = self.spec["step_s"] * (hi - lo) / nominal - (self.now() - t_step)
-                if spare > 0:
-                    time.sleep(spare)
+                if self.workers is not None:  # stragglers, and RapidReassignment between the workers
+                    u = self.workers.clock(self, ep, g, c, i, torch.from_numpy(w).to(self.device))
+                else:
+                    lo, hi = share_bounds(self.problem.batch, len(ep.workers), i)
+                    idx = torch.from_numpy(self.problem.batch_indices(c)[lo:hi]).to(self.device)
+                    u = update(self.problem, self.x[idx], self.y[idx], torch.from_numpy(w).to(self.device))
+                    u = u.cpu().numpy()
+                    # emulate a machine of fixed speed: the step takes step_s per nominal share
+                    nominal = self.problem.batch / self.spec["initial_workers"]
+                    spare = self.spec["step_s"] * (hi - lo) / nominal - (self.now() - t_step)
+                    if spare > 0:
+                        time.sleep(spare)
                 for p, (a, b) in enumerate(self.bounds):
                     st.set(f"upd/{g}/{p}/{c}/{me}", u[a:b].tobytes())
                 self.log(ev="step", c=c, g=g, t0=t_step, n=len(ep.workers))

@@ -44,11 +44,16 @@ def check_real(scenario: SpotScenario, cores: int | None = None, processes: int 
             f" market to acquire from (policy {scenario.policy!r}) and no simulated machines yet, so it"
             f" cannot honour {', '.join(sim_only)}; remove them, or simulate without real",
         )
-    if real.market and scenario.stragglers is not None:
+    s = scenario.stragglers
+    if real.market and s is not None and s.mode not in ("bsp", "bsp_rr"):
         raise InputError(
-            f"{scenario.source}: field stragglers",
-            "stragglers and FlexRR inside AgileML's workers are simulated only; the real workers run at"
-            " their machines' speed: remove stragglers, or simulate",
+            f"{scenario.source}: field stragglers.mode",
+            f"the real AgileML workers are bulk-synchronous: mode bsp or bsp_rr, not {s.mode!r}",
+        )
+    if real.market and s is not None and s.model == "trace":
+        raise InputError(
+            f"{scenario.source}: field stragglers.model",
+            "a measured straggler trace is replayed in simulation only; pick a straggler pattern",
         )
     cores = cores or os.cpu_count() or 1
     procs = real.processes.reliable + real.processes.transient if processes is None else processes
