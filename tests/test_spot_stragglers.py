@@ -88,6 +88,7 @@ def test_reassigned_items_are_applied_once_for_real(tmp_path) -> None:
         "stragglers={model: slow_worker, delay: 3.0, probability: 0.1, mode: bsp_rr}",
     ]
     result = run_market_real(load_scenario(REAL_MARKET_SCENARIO, overrides), tmp_path)
+
     def rows(path):
         for line in path.read_text().splitlines():
             try:
@@ -95,7 +96,8 @@ def test_reassigned_items_are_applied_once_for_real(tmp_path) -> None:
             except json.JSONDecodeError:  # half a line left by a SIGKILL
                 continue
 
-    helped = [row for path in (tmp_path / "logs").glob("*.jsonl") for row in rows(path) if row["ev"] == "helped"]
+    logs = (tmp_path / "logs").glob("*.jsonl")
+    helped = [row for path in logs for row in rows(path) if row["ev"] == "helped"]
     assert helped  # peers took items off the stragglers
     assert result.info["completed"] == 1
     assert result.info["max_abs_diff_vs_reference"] < 1e-9  # every item of every clock applied once
