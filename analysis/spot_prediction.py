@@ -37,11 +37,11 @@ import pandas as pd
 from clustertwin.policies.bidbrain import SpotRequest
 from clustertwin.policies.bidbrain.history import PriceSeries
 from clustertwin.policies.spot import AcquisitionPolicy, Decision, DecisionPoint, FaultTolerance
+from clustertwin.policies.spot.billing import BillingModel
 from clustertwin.runtime.spot.driver import EvictionEvent, schedule
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_real_results import PREDICTED_EVICTION_COLUMNS, to_frame
 from clustertwin.scenarios.spot_schema import SpotScenario
-from clustertwin.sim.spot.billing import BillingModel
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
 from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
@@ -224,6 +224,15 @@ def run_real(
     import tempfile
 
     from clustertwin.runtime.spot import run_real as run_processes
+
+    assert scenario.real is not None
+    if scenario.real.market:
+        from clustertwin.analysis.spot_market_real import run_market_real
+
+        if workdir is not None:
+            return run_market_real(scenario, workdir, progress)
+        with tempfile.TemporaryDirectory(prefix="clustertwin-spot-") as tmp:
+            return run_market_real(scenario, Path(tmp), progress)
 
     if workdir is not None:
         return add_prediction(scenario, run_processes(scenario, workdir, progress))

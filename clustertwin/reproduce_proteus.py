@@ -167,7 +167,7 @@ def reproduce(quick: bool, out: Path) -> int:
     """Run every claim, print the table, write ``<out>/claims.json``; 0 when every gated claim holds."""
     starts = 4 if quick else 50
     metrics = run_plan(starts, out / "runs")
-    rows = [*market_rows(metrics, starts), *stage_claims()]
+    rows = [*market_rows(metrics, starts), *stage_claims(), *flexrr_claims(3 if quick else 12, out / "runs")]
     seeds = list(range(1, starts + 1))
     title = f"proteus claims{' (quick)' if quick else ''}: {starts} starts per job length and market"
     return report("proteus", PAPER, quick, seeds, out, rows, title)
@@ -274,6 +274,58 @@ def stage_claims() -> list[ClaimRow]:
     ]  # fmt: skip
 
 
+FLEXRR_CLAIMS = Path(__file__).resolve().parents[1] / "scenarios" / "claims" / "spot-flexrr.yaml"
+
+
+def flexrr_claims(starts: int, cache: Path, path: Path | None = None) -> list[ClaimRow]:
+    """FlexRR inside AgileML's workers (``scenarios/claims/spot-flexrr.yaml``): per market, the mean over
+    ``starts`` starts of AgileML+FlexRR's metric over the other configuration's, minus 1; it must be below
+    0 (gated: an ordering that follows from what each configuration does, on any market)."""
+    import yaml
+
+    spec = yaml.safe_load((path or FLEXRR_CLAIMS).read_text(encoding="utf-8"))
+    rows = []
+    for market, market_overrides in spec["markets"].items():
+        runs = {
+            (config, seed): _cached_overrides(
+                cache, (*spec["job"], *market_overrides, *overrides, f"seed={seed}")
+            )
+            for config, overrides in spec["configs"].items()
+            for seed in range(1, starts + 1)
+        }
+        for claim in spec["claims"]:
+            metric, other = claim["metric"], claim["vs"]
+            per_seed = tuple(
+                runs[("agileml_flexrr", s)][metric] / runs[(other, s)][metric] - 1
+                for s in range(1, starts + 1)
+            )
+            rows.append(
+                ClaimRow(
+                    f"{claim['id']}-{market}",
+                    f"{claim['claim']} [{market} market, {starts} starts]",
+                    spec["source"],
+                    spec["paper"],
+                    statistics.fmean(per_seed),
+                    (-math.inf, 0.0),
+                    "{:+.0%}",
+                    why=claim["why"],
+                    per_seed=per_seed,
+                )
+            )
+    return rows
+
+
+def _cached_overrides(cache: Path, overrides: tuple[str, ...]) -> dict[str, float]:
+    cache.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(json.dumps(["spot-default", list(overrides)]).encode()).hexdigest()[:16]
+    path = cache / f"{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    metrics = simulate(overrides)
+    write_json(path, metrics, default=_jsonable)
+    return metrics
+
+
 def _claim_value(cid: str, runs: list[dict[str, float]], starts: int) -> float:
     by = {c: [runs[i * len(CONFIGS) + j] for i in range(starts)] for j, c in enumerate(CONFIGS)}
 
@@ -303,13 +355,7 @@ def _claim_value(cid: str, runs: list[dict[str, float]], starts: int) -> float:
 
 def _cached_run(cache: Path, market: str, hours: float, seed: int, config: str) -> dict[str, float]:
     overrides = (*MARKETS[market], *CONFIGS[config], f"job.reference_hours={hours}", f"seed={seed}")
-    key = hashlib.sha256(json.dumps(["spot-default", list(overrides)]).encode()).hexdigest()[:16]
-    path = cache / f"{key}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    metrics = simulate(overrides)
-    write_json(path, metrics, default=_jsonable)
-    return metrics
+    return _cached_overrides(cache, overrides)
 
 
 def simulate(overrides: tuple[str, ...]) -> dict[str, float]:

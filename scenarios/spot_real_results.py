@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import pandas as pd
 from clustertwin.scenarios.results import RunResult, check_contract, contract_frame
+from clustertwin.scenarios.spot_results import SPOT_TABLES
 
 RUN_TABLES: dict[str, dict[str, str]] = {
     "iterations": {
@@ -134,3 +135,35 @@ def spot_real_metrics(result: RunResult) -> dict[str, float]:
         "migrations": float(info.get("migrations", 0)),
     }
     return out
+
+
+# A market-driven real run (``real.market: true``): the simulator's tables, in market seconds and work
+# units, and the runtime's measurements in real seconds (``recoveries``: the fixed-schedule ``evictions``
+# contract, one row per warned and killed allocation, releases included).
+MARKET_REAL_TABLES: dict[str, dict[str, str]] = {
+    **SPOT_TABLES,
+    "iterations": RUN_TABLES["iterations"],
+    "recoveries": {**RUN_TABLES["evictions"], "reason": "str"},  # evicted | released
+    "checkpoints": RUN_TABLES["checkpoints"],
+    "epochs": RUN_TABLES["epochs"],
+}
+
+
+def check_market_real_tables(result: RunResult) -> None:
+    """Check a market-driven real run's tables against :data:`MARKET_REAL_TABLES`."""
+    check_contract(result, MARKET_REAL_TABLES, "market-driven real spot")
+
+
+def market_real_metrics(result: RunResult) -> dict[str, float]:
+    """What a market-driven real run adds to the simulation's metrics: the runtime's own figures."""
+    rec = result.tables["recoveries"]
+    info = result.info
+    return {
+        "final_clock": float(info["final_clock"]),
+        "final_loss": float(info["final_loss"]),
+        "max_abs_diff_vs_reference": float(info["max_abs_diff_vs_reference"]),
+        "lost_clocks": float(rec["lost_clocks"].sum()),
+        "migrations": float(info.get("migrations", 0)),
+        "acquisitions": float(len(result.tables["acquisitions"])),
+        "max_stage": float(result.tables["progress"]["stage"].max()),
+    }

@@ -18,7 +18,8 @@ from typing import Annotated, Literal
 from clustertwin.scenarios.gavel_schema import _Strict
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-REAL_SPOT_SCENARIO = Path(__file__).with_name("spot-real-cpu.yaml")
+REAL_SPOT_SCENARIO = Path(__file__).with_name("spot-real-schedule-cpu.yaml")
+REAL_MARKET_SCENARIO = Path(__file__).with_name("spot-real-cpu.yaml")
 
 
 class Processes(_Strict):
@@ -83,6 +84,17 @@ class CheckpointRuntime(_Strict):
     interval_s: PositiveFloat = 6.0
 
 
+# What a market-driven real run (``market: true``) takes from the market instead of the file.
+MARKET_FIXED = ("processes", "evictions", "trace", "agileml.poll_s", "checkpoint.interval_s")
+
+
+def _given(model: _Strict, dotted: str) -> bool:
+    head, _, rest = dotted.partition(".")
+    if head not in model.model_fields_set:
+        return False
+    return not rest or rest in getattr(model, head).model_fields_set
+
+
 class RealRun(_Strict):
     """A real run: processes, job, eviction schedule, timing, and the time compression of its prediction.
 
@@ -92,6 +104,12 @@ class RealRun(_Strict):
     time; the costs the real run *measures* instead take the scenario's simulator constants, in simulated
     seconds (``agileml.eviction_stall_s``, ``agileml.consistent_lag_s``, ``checkpoint.overhead``,
     ``checkpoint.restart_s``).
+
+    With ``market: true`` nothing is fixed in advance: the scenario's acquisition policy (BidBrain)
+    decides at its decision points, on the scenario's replayed market, what to acquire and release; each
+    acquired instance is one training process (spawned when it has booted), each eviction a warning and
+    then a SIGKILL, and the simulation of the same file is the prediction (``clustertwin compare``).
+    ``duration_s`` is then only a wall-clock cap.
     """
 
     processes: Processes = Processes()
@@ -103,6 +121,9 @@ class RealRun(_Strict):
     checkpoint: CheckpointRuntime = CheckpointRuntime()
     real_s_per_sim_h: PositiveFloat = 60.0
     device: Literal["cpu", "cuda"] = "cpu"
+    # True: the scenario's acquisition policy buys emulated instances (one process each) from its replayed
+    # market, with wall-clock time at real_s_per_sim_h; no fixed processes or schedule (see MARKET_FIXED).
+    market: bool = False
 
     @property
     def reliable_names(self) -> list[str]:
@@ -114,6 +135,15 @@ class RealRun(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> RealRun:
+        if self.market:
+            given = [f for f in MARKET_FIXED if _given(self, f)]
+            if given:
+                raise ValueError(
+                    f"{given[0]}: with market: true the acquisition policy chooses the processes and the"
+                    " market evicts them, and the timing comes from the scenario's agileml.poll_s and"
+                    " checkpoint.interval_s (scaled by real_s_per_sim_h); remove " + ", ".join(given)
+                )
+            return self
         transient = set(self.transient_names)
         reliable = set(self.reliable_names)
         seen: dict[str, int] = {}

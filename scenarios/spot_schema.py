@@ -17,7 +17,9 @@ from typing import Annotated, Literal
 
 from clustertwin.policies.agileml import StageThresholds
 from clustertwin.policies.bidbrain.history import HORIZON_S
+from clustertwin.policies.flexrr.modes import MODES
 from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, FaultTolerance, FaultToleranceSettings
+from clustertwin.scenarios.flexrr_schema import Stragglers
 from clustertwin.scenarios.gavel_schema import ScenarioBase, _Strict
 from clustertwin.scenarios.price_fields import BUNDLED_TRACE_NAMES, iso_text, on_demand_table, price_trace
 from clustertwin.scenarios.registry_fields import registered
@@ -148,6 +150,25 @@ class Provisioning(_Strict):
     boot_s: NonNegativeFloat = 120.0
 
 
+class SpotStragglers(Stragglers):
+    """Stragglers among the job's workers, and what the workers do about them (FlexRR, [Harlap] ch. 3,
+    on transient machines: the combination [Harlap] §6.2.1 proposes).
+
+    The straggler pattern is FlexRR's (``model`` and its knobs, as in a ``kind: flexrr`` scenario).
+    ``mode`` is how the workers run, a FlexRR mode: ``bsp`` (AgileML as is: every clock waits for its
+    slowest worker), ``bsp_rr`` (RapidReassignment inside AgileML's workers), ``flexrr`` (SSP plus
+    RapidReassignment). The simulator runs the FlexRR engine (``sim/flexrr``, the policies' own
+    RapidReassignment state machines) on each worker count the job reaches, ``iterations`` iterations of
+    ``items_per_worker`` items, and slows the job's work rate by the iteration time it measures.
+    """
+
+    mode: str = "bsp"
+    iterations: PositiveInt = 10
+    items_per_worker: PositiveInt = 100
+
+    _mode_known = field_validator("mode")(registered(MODES))
+
+
 class SpotScenario(ScenarioBase):
     """One spot-market run: market, job, acquisition policy, fault tolerance, billing."""
 
@@ -165,6 +186,7 @@ class SpotScenario(ScenarioBase):
     provisioning: Provisioning = Provisioning()
     max_runtime_h: PositiveFloat = 720.0
     real: RealRun | None = None  # the real run (--backend real); a simulation refuses it
+    stragglers: SpotStragglers | None = None  # null: workers run at their machines' speed
 
     _policy_known = field_validator("policy")(registered(ACQUISITION))
     _fault_tolerance_known = field_validator("fault_tolerance")(registered(FAULT_TOLERANCE))

@@ -218,7 +218,7 @@ def test_a_pipeline_that_does_not_fit_exits_2_naming_device_and_bytes(tmp_path: 
 def test_a_spot_real_section_is_not_simulated(capsys) -> None:
     # A spot scenario's real: section is a real run whose tables carry the simulator's prediction; `run`
     # without --backend real must refuse it by name rather than simulate something else.
-    status = main(["run", "scenarios/spot-real-cpu.yaml", "--out", "/nonexistent/never-written"])
+    status = main(["run", "scenarios/spot-real-schedule-cpu.yaml", "--out", "/nonexistent/never-written"])
     assert status == 2
     assert "field real" in capsys.readouterr().err
 

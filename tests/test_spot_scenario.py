@@ -75,16 +75,23 @@ def test_reproduction_caches_runs_and_exit_status_follows_the_claims(
 ) -> None:
     import json
 
+    import yaml
+
     import clustertwin.reproduce_proteus as rp
 
     monkeypatch.setattr(rp, "MARKETS", {"real": ()})
     monkeypatch.setattr(rp, "JOB_HOURS", (2.0,))
+    flexrr = yaml.safe_load(rp.FLEXRR_CLAIMS.read_text(encoding="utf-8"))
+    flexrr["markets"] = {"real": []}
+    (tmp_path / "flexrr.yaml").write_text(yaml.safe_dump(flexrr), encoding="utf-8")
+    monkeypatch.setattr(rp, "FLEXRR_CLAIMS", tmp_path / "flexrr.yaml")
     rc = rp.reproduce(quick=True, out=tmp_path)
     rows = json.loads((tmp_path / "claims.json").read_text())["claims"]
     assert rc == (0 if all(r["holds"] for r in rows if r["gated"]) else 1)
     assert any(not r["gated"] for r in rows) and any(r["gated"] for r in rows)
     assert all(r["id"] for r in rows) and len({r["id"] for r in rows}) == len(rows)
-    assert len(list((tmp_path / "runs").glob("*.json"))) == 4 * len(rp.CONFIGS)
+    flexrr_runs = 3 * len(flexrr["configs"])  # quick: 3 starts
+    assert len(list((tmp_path / "runs").glob("*.json"))) == 4 * len(rp.CONFIGS) + flexrr_runs
     first = capsys.readouterr().out
     assert "proteus-vs-on-demand-real-2h" in first
     assert "Proteus cost vs all on-demand [real market, 2 h job]" in {r["claim"] for r in rows}

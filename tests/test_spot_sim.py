@@ -11,12 +11,12 @@ import pytest
 from clustertwin.analysis.spot_metrics import spot_metrics
 from clustertwin.policies.bidbrain import BidBrainParams, PriceSeries, estimate_eviction_table
 from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionInputs, FaultToleranceSettings
+from clustertwin.policies.spot.billing import billing_model
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import check_spot_tables, to_frame
 from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
 from clustertwin.sim.spot import run
-from clustertwin.sim.spot.billing import billing_model
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
 from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF

@@ -16,10 +16,16 @@ if TYPE_CHECKING:
 
 
 def _real(result: RunResult) -> bool:
-    return result.info.get("backend") == "real"
+    """A real run with a fixed schedule (a market-driven real run has the simulation's tables)."""
+    return result.info.get("backend") == "real" and not result.info.get("market")
 
 
 def _check_tables(result: RunResult) -> None:
+    if result.info.get("market"):
+        from clustertwin.scenarios.spot_real_results import check_market_real_tables
+
+        check_market_real_tables(result)
+        return
     if _real(result):
         from clustertwin.scenarios.spot_real_results import check_spot_real_tables as check
     else:
@@ -34,6 +40,10 @@ def _metrics(scenario: Any, result: RunResult) -> dict[str, float]:
         return spot_real_metrics(result)
     from clustertwin.analysis.spot_metrics import spot_metrics
 
+    if result.info.get("market"):
+        from clustertwin.scenarios.spot_real_results import market_real_metrics
+
+        return {**spot_metrics(result), **market_real_metrics(result)}
     return spot_metrics(result)
 
 
@@ -45,7 +55,7 @@ def _run_real(scenario: SpotScenario, progress: Progress | None, snapshot_dir: P
 
 def _prepare(scenario: SpotScenario) -> object:
     """The market the simulation would replay (a real run's market is its own ``real:`` section)."""
-    if scenario.real is not None:
+    if scenario.real is not None and not scenario.real.market:
         return None
     from clustertwin.sim.spot.setup import build
 

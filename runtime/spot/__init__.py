@@ -17,4 +17,11 @@ def run_real(*args: Any, **kwargs: Any):
     return _run_real(*args, **kwargs)
 
 
-__all__ = ["run_real"]
+def run_market_real(*args: Any, **kwargs: Any):
+    """See :func:`runtime.spot.run.run_market_real` (a market-driven run: the acquisition policy decides)."""
+    from clustertwin.runtime.spot.run import run_market_real as _run
+
+    return _run(*args, **kwargs)
+
+
+__all__ = ["run_market_real", "run_real"]

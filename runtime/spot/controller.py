@@ -53,14 +53,41 @@ class Controller:
     table: PartitionTable | None = None
     started: dict[str, float] = field(default_factory=dict)  # transient process -> start order
     migrations: int = 0
+    max_machines: int = 0  # the most machines the job may ever hold (0: the start size)
     _next: int = 0
 
     def __post_init__(self) -> None:
-        # N = ½ × the most machines the job could ever use (§1.4); no additions here, so the start size.
-        self.n_partitions = num_partitions(len(self.reliable) + len(self.transient))
+        # N = ½ × the most machines the job could ever use (§1.4).
+        self.n_partitions = num_partitions(max(self.max_machines, len(self.reliable) + len(self.transient)))
         self.started = {name: float(i) for i, name in enumerate(self.transient)}
-        if self.scheme.partitioned:
+        if self.scheme.partitioned and self.reliable:
             self.table = PartitionTable.create(self.n_partitions, self.reliable)
+
+    def join(self, names: Sequence[str], reliable: bool) -> None:
+        """Machines the job acquired join (scale-up, §1.3): transient ones are the most recently started,
+        so the last to host ActivePSs; ActivePS hosts are re-chosen for the new machine count (the stage
+        may rise). Reliable machines own partitions only if they come before the table exists."""
+        if reliable:
+            self.reliable += list(names)
+            if self.scheme.partitioned and self.table is None:
+                self.table = PartitionTable.create(self.n_partitions, self.reliable)
+        else:
+            order = max(self.started.values(), default=-1.0)
+            for i, name in enumerate(names):
+                self.transient.append(name)
+                self.started[name] = order + 1.0 + i
+        if self.table is not None:
+            stage = self.stage()
+            if stage is not None and self.scheme.has_active_ps(stage):
+                current = [h for h in dict.fromkeys(self.table.active) if h is not None]
+                hosts = choose_active_ps_hosts(self.started, current, len(self.live))
+            else:
+                hosts = []
+            self.migrations += len(self.table.assign_active(hosts))
+
+    def can_run(self) -> bool:
+        """Whether the job can train with these machines (AgileML needs a reliable one for its state)."""
+        return bool(self.live) and self.scheme.stage(len(self.reliable), len(self.transient)) is not None
 
     @property
     def live(self) -> list[str]:
@@ -79,6 +106,11 @@ class Controller:
 
     def evict(self, doomed: Sequence[str]) -> Epoch:
         """The epoch after ``doomed`` (transient processes) leave: §1.6 "Some evicted" / "All evicted"."""
+        self.remove(doomed)
+        return self.epoch()
+
+    def remove(self, doomed: Sequence[str]) -> None:
+        """``doomed`` (transient processes) leave; partitions re-planned (no epoch: none may be left)."""
         gone = set(doomed)
         self.transient = [t for t in self.transient if t not in gone]
         for name in gone:
@@ -89,7 +121,6 @@ class Controller:
             else:  # down to stage 1: the BackupPSs become ParamServs (§1.3 "2→1")
                 moves = self.table.assign_active([])
             self.migrations += len(moves)
-        return self.epoch()
 
     def stop_epoch(self) -> Epoch:
         return Epoch(self._bump(), (), (), (), self.stage(), stop=True)
@@ -103,6 +134,7 @@ class Controller:
         stage = self.stage()
         if self.table is None:  # traditional PS: partitions round-robin over every live process
             procs = sorted(self.live, key=_order)
+            assert procs, "an epoch needs a live process"
             server = tuple(procs[p % len(procs)] for p in range(self.n_partitions))
             backup: tuple[str | None, ...] = (None,) * self.n_partitions
             workers = tuple(procs)

@@ -98,6 +98,11 @@ class Launcher:
         self.epoch: Epoch | None = None
         self.t0 = 0.0
         self.initial_workers = len(real.reliable_names) + len(real.transient_names)
+        self.poll_s = real.agileml.poll_s
+        self.seed = scenario.seed
+        self.stragglers = None if scenario.stragglers is None else scenario.stragglers.model_dump()
+        self.ckpt_every_s = real.checkpoint.interval_s
+        self.spec: dict[str, Any] = {}
 
     # ---- helpers -------------------------------------------------------------------------------
     def now(self) -> float:
@@ -151,7 +156,10 @@ class Launcher:
             "initial_workers": self.initial_workers,
             "log_dir": str(self.log_dir),
             "ckpt_dir": str(self.ckpt_dir) if self.scheme.checkpoints else None,
+            "stragglers": self.stragglers,
+            "seed": self.seed,
         }
+        self.spec = spec
         ctx = _context()
         spawned = self.now() if self.t0 else 0.0
         self.procs = {}
@@ -167,7 +175,7 @@ class Launcher:
             if time.monotonic() > limit:
                 raise RuntimeError("the training processes did not start in time")
             time.sleep(0.01)
-        if self.phase == 0:
+        if self.phase == 0 and not self.t0:
             self.t0 = time.time()
             self.base.set("t0", repr(self.t0))
             self.base.set("go", "1")
@@ -203,10 +211,10 @@ class Launcher:
         pending_warn = sorted(events, key=lambda e: (e.warn_s, e.index))
         pending_kill = list(events)
         flushing: dict[int, dict] = {}
-        tick = sc.agileml.poll_s
+        tick = self.poll_s
         try:
             self._start_phase(0, np.zeros(self.mlr.numel))
-            next_ckpt = sc.checkpoint.interval_s
+            next_ckpt = self.ckpt_every_s
             ckpt_target: int | None = None
             while self.now() < sc.duration_s:
                 t = self.now()
@@ -255,7 +263,7 @@ class Launcher:
             part_bytes = 8.0 * max(hi - lo for lo, hi in self.bounds)
             plan = plan_recovery(
                 warning_s=ev.warning_s,
-                poll_s=sc.agileml.poll_s,
+                poll_s=self.poll_s,
                 unpushed_bytes=max(hosted, default=0) * part_bytes,
                 flush_bandwidth_bps=sc.agileml.flush_bandwidth_mbps * 1e6,
                 since_consistent_s=0.0,  # the real run measures what it loses
@@ -323,7 +331,7 @@ class Launcher:
             )
             # on the simulator's schedule: every interval from the start (not from the last restart)
             while next_at <= self.now():
-                next_at += self.sc.checkpoint.interval_s
+                next_at += self.ckpt_every_s
         return target, next_at
 
     def _restart(self, doomed: list[str], row: dict) -> None:

@@ -98,6 +98,13 @@ class TrainingProcess:
         log_path = Path(spec["log_dir"]) / f"{spec['phase']}-{name}.jsonl"
         self.log_file = log_path.open("a", buffering=1)
         self.t0 = 0.0
+        # A machine acquired mid-run (scale-up) joins at the first clock bound to an epoch that has it.
+        self.joining = bool(spec.get("join"))
+        self.workers = None
+        if spec.get("stragglers") is not None:
+            from clustertwin.runtime.spot.reassign import Reassigning
+
+            self.workers = Reassigning(name, spec)
 
     # ---- plumbing -----------------------------------------------------------------------------
     def now(self) -> float:
@@ -171,9 +178,12 @@ class TrainingProcess:
                 self.backups[p] = b
                 self.st.set(f"bclock/0/{p}", str(lo_c))
         self.st.add("ready", 1)
+        self.st.set(f"up/{self.name}", "1")
         while not self.base.check(["go"]):
             time.sleep(0.01)
         self.t0 = float(self.base.get("t0").decode())
+        if self.joining:
+            self._await_membership()
         self.log(ev="start", c=self.c)
         while True:
             try:
@@ -182,9 +192,44 @@ class TrainingProcess:
             except _Rollback:
                 self._rollback()
 
+    def _await_membership(self) -> None:
+        """A joiner waits until the controller has published an epoch with it, then starts at the clock
+        front of the current generation (it skips, in :meth:`_join_step`, clocks bound without it)."""
+        while not self.st.check([f"joined/{self.name}"]):
+            time.sleep(POLL_S)
+        self.g = int(self.st.add("gen", 0))
+        keys = [f"prog/{self.g}/{p}" for p in range(self.n)]
+        if self.st.check(keys):
+            self.c = min(int(v) for v in self.st.multi_get(keys))
+        elif self.g > 0:
+            self.c = pickle.loads(self.st.get(f"genstart/{self.g}"))[0]
+
+    def _join_step(self) -> bool:
+        """True once clock ``self.c`` is bound to an epoch this joiner belongs to (or the stop epoch);
+        False after skipping a clock bound without it, or while the front has not reached ``self.c``.
+        A clock is bound only once its parameters exist, so a joiner never binds ahead of the job."""
+        g, c = self.g, self.c
+        key = f"bind/{g}/{c}"
+        if self.st.check([key]):
+            ep = self.epoch(int(self.st.get(key)))
+        elif self.st.check([f"param/{g}/{p}/{c}" for p in range(self.n)]):
+            ep = self.bind(c)
+        else:
+            self.service()
+            time.sleep(POLL_S)
+            return False
+        if ep.stop or self.name in ep.workers or self.name in ep.server:
+            self.joining = False
+            self.log(ev="joined", c=c)
+            return True
+        self.c = c + 1
+        return False
+
     def _rollback(self) -> None:
         g = int(self.st.add("gen", 0))
         start, _eid = pickle.loads(self.st.get(f"genstart/{g}"))
+        if self.workers is not None:
+            self.workers.reset()
         self.g, self.c = g, start
         self.serving.clear()
         self.acc.clear()
@@ -206,6 +251,8 @@ class TrainingProcess:
 
         st, me, K = self.st, self.name, self.spec["backup_every"]
         while True:
+            if self.joining and not self._join_step():
+                continue
             g, c = self.g, self.c
             self.wait_for([f"param/{g}/{p}/{c}" for p in range(self.n)])
             ep = self.bind(c)
@@ -234,15 +281,18 @@ class TrainingProcess:
                     [_arr(v) for v in st.multi_get([f"param/{g}/{p}/{c}" for p in range(self.n)])]
                 )
                 i = ep.workers.index(me)
-                lo, hi = share_bounds(self.problem.batch, len(ep.workers), i)
-                idx = torch.from_numpy(self.problem.batch_indices(c)[lo:hi]).to(self.device)
-                u = update(self.problem, self.x[idx], self.y[idx], torch.from_numpy(w).to(self.device))
-                u = u.cpu().numpy()
-                # emulate a machine of fixed speed: the step takes step_s per nominal share
-                nominal = self.problem.batch / self.spec["initial_workers"]
-                spare = self.spec["step_s"] * (hi - lo) / nominal - (self.now() - t_step)
-                if spare > 0:
-                    time.sleep(spare)
+                if self.workers is not None:  # stragglers, and RapidReassignment between the workers
+                    u = self.workers.clock(self, ep, g, c, i, torch.from_numpy(w).to(self.device))
+                else:
+                    lo, hi = share_bounds(self.problem.batch, len(ep.workers), i)
+                    idx = torch.from_numpy(self.problem.batch_indices(c)[lo:hi]).to(self.device)
+                    u = update(self.problem, self.x[idx], self.y[idx], torch.from_numpy(w).to(self.device))
+                    u = u.cpu().numpy()
+                    # emulate a machine of fixed speed: the step takes step_s per nominal share
+                    nominal = self.problem.batch / self.spec["initial_workers"]
+                    spare = self.spec["step_s"] * (hi - lo) / nominal - (self.now() - t_step)
+                    if spare > 0:
+                        time.sleep(spare)
                 for p, (a, b) in enumerate(self.bounds):
                     st.set(f"upd/{g}/{p}/{c}/{me}", u[a:b].tobytes())
                 self.log(ev="step", c=c, g=g, t0=t_step, n=len(ep.workers))

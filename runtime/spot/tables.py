@@ -132,7 +132,8 @@ def evictions(rec: JobRecord, it: pd.DataFrame, horizon: float) -> pd.DataFrame:
         around = kept[
             (kept["end_s"] >= e["warned_s"]) & (kept["end_s"] <= min(e["killed_s"] + WINDOW_S, nxt))
         ]["gap_s"]
-        normal = np.nanmax([iter_before, iter_after])
+        pair = [x for x in (iter_before, iter_after) if not math.isnan(x)]
+        normal = max(pair) if pair else math.nan
         blip = float(around.max() - normal) if around.notna().any() else math.nan
         front = int(e["front_clock"])
         regain = end_of.get(front - 1, math.nan)

@@ -5,7 +5,7 @@
 on-demand cap, an eviction comes with a 2-minute warning, and a price change triggers a recompute of the
 allocation. [Proteus] §2–§3 (notes "markets, billing") gives the bid rules and billing schemes, which live
 in ``sim/spot`` and are reused here: :class:`sim.spot.market.MarketReplay` for prices,
-:func:`sim.spot.billing.lifetime_bill` for charges.
+:func:`policies.spot.billing.lifetime_bill` for charges.
 
 The model, and the choices the papers leave open:
 
@@ -44,8 +44,8 @@ import pandas as pd
 from clustertwin.policies.bidbrain.history import Market, PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import RoundPlan
+from clustertwin.policies.spot.billing import BillingModel, billing_model, lifetime_bill
 from clustertwin.scenarios.gavel_market_schema import GavelMarket
-from clustertwin.sim.spot.billing import BillingModel, billing_model, lifetime_bill
 from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
 from clustertwin.traces.spot_prices import load_bundled_or_path, select

@@ -34,7 +34,7 @@ from clustertwin.policies.spot import (
     DecisionPoint,
     FaultTolerance,
 )
-from clustertwin.sim.spot.billing import BillingModel
+from clustertwin.policies.spot.billing import BillingModel
 from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import PerfModel
 
@@ -61,6 +61,8 @@ class SpotConfig:
     perf: PerfModel | None = None
     preemption_rate_per_s: float = 0.0  # fixed_preemptible only
     max_runtime_s: float = 30 * 24 * 3600.0
+    # iteration-time multiplier of n workers (stragglers, and FlexRR in the workers); None: 1
+    straggle: Callable[[int], float] | None = None
 
 
 @dataclass
@@ -195,6 +197,9 @@ class SpotSim:
             rate = 0.0
         else:
             rate = nu / cfg.perf.slowdown(stage, n_r, n_t)
+        if cfg.straggle is not None and rate > 0:
+            workers = n_r + n_t if stage is None or self.ft.reliable_does_work(n_r, n_t) else n_t
+            rate /= cfg.straggle(workers)
         self.rate = rate
         if self.ft.partitioned:
             self._sync_partitions(rel, tra)
@@ -386,6 +391,8 @@ class SpotSim:
         self._at(now + warning, lambda: self._evicted(rec, now, price, was_working))
 
     def _evicted(self, rec: _Alloc, warned_s: float, price: float, was_working: bool) -> None:
+        if rec.state == "gone":  # released at its hour end while warned: nothing left to evict
+            return
         cfg = self.cfg
         self._advance()
         recovery, lost = "none", 0.0

@@ -17,13 +17,14 @@ from clustertwin.policies.bidbrain import (
     estimate_eviction_table,
 )
 from clustertwin.policies.spot import ACQUISITION, AcquisitionInputs, AcquisitionPolicy, FaultTolerance
+from clustertwin.policies.spot.billing import billing_model
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_results import to_frame
 from clustertwin.scenarios.spot_schema import SpotScenario
-from clustertwin.sim.spot.billing import billing_model
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
 from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table
 from clustertwin.sim.spot.perf import DEFAULT_PERF
+from clustertwin.sim.spot.stragglers import StragglerSlowdown
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
 from clustertwin.traces.spot_generator import fit_price_model, generate_prices
 from clustertwin.traces.spot_prices import load_bundled_or_path, select
@@ -170,7 +171,7 @@ def policies(scenario: SpotScenario, table: pd.DataFrame) -> tuple[AcquisitionPo
 
 def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, pd.Timestamp]:
     """The engine's inputs for a scenario."""
-    if scenario.real is not None:
+    if scenario.real is not None and not scenario.real.market:
         raise InputError(
             f"{scenario.source}: field real",
             "real describes a real run (processes and an eviction schedule), which a market simulation"
@@ -226,6 +227,9 @@ def build(scenario: SpotScenario) -> tuple[SpotConfig, MarketReplay, list, pd.Ti
         perf=DEFAULT_PERF,
         preemption_rate_per_s=scenario.billing.preemptions_per_h / 3600.0,
         max_runtime_s=scenario.max_runtime_h * 3600.0,
+        straggle=None
+        if scenario.stragglers is None
+        else StragglerSlowdown(scenario.stragglers, scenario.seed).factor,
     )
     return config, market, market.markets, start
 
