@@ -274,11 +274,11 @@ def stage_claims() -> list[ClaimRow]:
     ]  # fmt: skip
 
 
-FLEXRR_CLAIMS = Path(__file__).resolve().parents[1] / "scenarios" / "claims" / "spot-flexrr.yaml"
+FLEXRR_CLAIMS = Path(__file__).resolve().parents[1] / "scenarios" / "claims" / "spot" / "flexrr.yaml"
 
 
 def flexrr_claims(starts: int, cache: Path, path: Path | None = None) -> list[ClaimRow]:
-    """FlexRR inside AgileML's workers (``scenarios/claims/spot-flexrr.yaml``): per market, the mean over
+    """FlexRR inside AgileML's workers (``scenarios/claims/spot/flexrr.yaml``): per market, the mean over
     ``starts`` starts of AgileML+FlexRR's metric over the other configuration's, minus 1; it must be below
     0 (gated: an ordering that follows from what each configuration does, on any market)."""
     import yaml

@@ -204,10 +204,14 @@ def test_progress_bar_draws_only_on_a_terminal() -> None:
     assert quiet.getvalue() == ""
 
 
+NO_MEMORY_PLAN = ["--set", "schedule=2bw", "--set", "planner.memory_aware=false"]
+
+
 def test_a_pipeline_that_does_not_fit_exits_2_naming_device_and_bytes(tmp_path: Path, capsys) -> None:
-    # The bundled pipeline with 2BW's two weight versions and no recomputation needs > 16 GiB on stage 1.
+    # The bundled pipeline with 2BW's two weight versions and no recomputation needs > 16 GiB on stage 1
+    # when the planner is told to ignore memory.
     out = tmp_path / "run"
-    status = main(["run", "scenarios/pipedream-default.yaml", "--set", "schedule=2bw", "--out", str(out)])
+    status = main(["run", "scenarios/pipedream-default.yaml", *NO_MEMORY_PLAN, "--out", str(out)])
     err = capsys.readouterr().err
     assert status == 2
     assert "scenarios/pipedream-default.yaml" in err and "out of memory" in err
@@ -284,6 +288,6 @@ def test_the_printed_summary_says_why_jobs_are_left_unfinished() -> None:
 
 
 def test_validate_refuses_a_pipeline_that_does_not_fit(capsys) -> None:
-    assert main(["validate", "scenarios/pipedream-default.yaml", "--set", "schedule=2bw"]) == 2
+    assert main(["validate", "scenarios/pipedream-default.yaml", *NO_MEMORY_PLAN]) == 2
     assert "out of memory" in capsys.readouterr().err
     assert main(["validate", "scenarios/pipedream-default.yaml"]) == 0

@@ -1,6 +1,6 @@
 """Stragglers among a spot job's workers and FlexRR inside AgileML's workers (simulation): the factor
 the FlexRR engine measures, its effect on the spot run, and the claims of
-``scenarios/claims/spot-flexrr.yaml``."""
+``scenarios/claims/spot/flexrr.yaml``."""
 
 from __future__ import annotations
 
