@@ -12,9 +12,12 @@ the same run from its own profile.
    (``runtime.pipedream.real``); with ``real.ddp_baseline`` the same samples again with data
    parallelism (one stage holding the whole model on every device: 1F1B-RR of one stage, [Narayanan]
    §2.4.2, whose update all-reduces every replica's gradient).
-4. **Simulate** the timed run's op lists from the run's own profile and the probed link
-   (``sim.pipedream.measured``), with the runtime's memory model (SGD without momentum, gradient
-   buffer per update): the ``own_sim_*`` metrics, next to the measured ones.
+4. **Simulate** the timed run's op lists from the run's own profile, the probed link and, for
+   replicated stages, the probed gradient synchronisation (``runtime.pipedream.probe``: the all-reduce
+   of each replicated chunk's real gradients among its replicas, as the runtime runs it, whose bus
+   bandwidth per group size enters the link table, ``Network.collective``; ``sim.pipedream.measured``),
+   with the runtime's memory model (SGD without momentum, gradient buffer per update): the
+   ``own_sim_*`` metrics, next to the measured ones.
 
 The run's tables follow the simulation's contract (``ops``, ``devices``, ``stages``) plus ``layers``, the
 measured profile: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` simulates from it, and
@@ -39,7 +42,7 @@ from clustertwin.scenarios.pipedream_real_section import PIPEDREAM_LAYERS_TABLE
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult, contract_frame
 from clustertwin.sim.pipedream.executor import simulate
-from clustertwin.sim.pipedream.measured import measured_costs, planner_profile
+from clustertwin.sim.pipedream.measured import collective_table, measured_costs, planner_profile
 from clustertwin.sim.pipedream.model import Device, MemoryModel, Network
 from clustertwin.sim.pipedream.runner import build, tables
 
@@ -136,9 +139,16 @@ def _profile(scenario: PipeDreamScenario) -> tuple[Any, Any]:
             "parameter_bytes": lay.parameter_bytes,
             "held_bytes": held,
             "update_s": update,
+            "accumulate_s": add,
         }
-        for i, (lay, held, update) in enumerate(
-            zip(measured.profile.layers, measured.held_bytes, measured.update_s, strict=True)
+        for i, (lay, held, update, add) in enumerate(
+            zip(
+                measured.profile.layers,
+                measured.held_bytes,
+                measured.update_s,
+                measured.accumulate_s,
+                strict=True,
+            )
         )
     ]
     return source, (contract_frame(PIPEDREAM_LAYERS_TABLE, rows), shapes, dtypes)
@@ -198,14 +208,16 @@ def _own_simulation(
     layers: pd.DataFrame,
     stages: tuple[StagePlan, ...],
     link: dict,
+    collective: tuple[tuple[int, float], ...],
 ) -> dict[str, float]:
-    """The timed run simulated from the run's own profile and the probed link."""
+    """The timed run simulated from the run's own profile, the probed link and the probed collective."""
     costs = measured_costs(layers, stages, schedule.batch_microbatches)
     network = Network(
         intra_bandwidth=link["bandwidth_Bps"],
         intra_latency=link["latency_s"],
         inter_bandwidth=link["bandwidth_Bps"],
         inter_latency=link["latency_s"],
+        collective=collective,
     )
     devices = [Device() for _ in schedule.workers]
     memory = MemoryModel(gradient_factor=1.0, optimizer_factor=0.0, gradient_buffer="per_update")
@@ -275,8 +287,14 @@ def run_real(
         if "plan" in item:
             runs[item["plan"]].append(item)
     result = _result(scenario, plan, timed, costs, devices, runs["plan"], layers)
-    own = _own_simulation(scenario, timed, layers, stages, link)
+    collectives = {
+        name: collective_table(p for r in ranks for p in r["sync"]) for name, ranks in runs.items()
+    }
+    own = _own_simulation(scenario, timed, layers, stages, link, collectives["plan"])
     info = result.info
+    for name, table in collectives.items():
+        prefix = "" if name == "plan" else f"{name}_"
+        info.update({f"{prefix}sync_busbw_gbs_r{r}": bw / 1e9 for r, bw in table})
     info.update({f"own_sim_{k}": v for k, v in own.items()})
     info["link_latency_us"] = link["latency_s"] * 1e6
     info["link_bandwidth_gbs"] = link["bandwidth_Bps"] / 1e9
@@ -289,8 +307,11 @@ def run_real(
         info["ddp_throughput_samples_per_s"] = ddp_samples / wall
         info["ddp_peak_memory_gib_max"] = max(r["peak_bytes"] for r in ddp) / GIB
         info["speedup_over_ddp"] = real_tput / info["ddp_throughput_samples_per_s"]
-        ddp_own = _own_simulation(scenario, plans[1].timed, layers, ddp_stages, link)
+        ddp_own = _own_simulation(scenario, plans[1].timed, layers, ddp_stages, link, collectives["ddp"])
         info["ddp_own_sim_throughput_samples_per_s"] = ddp_own["throughput_samples_per_s"]
+        info["ddp_own_sim_throughput_error"] = (
+            ddp_own["throughput_samples_per_s"] / info["ddp_throughput_samples_per_s"] - 1.0
+        )
         info["own_sim_speedup_over_ddp"] = (
             own["throughput_samples_per_s"] / ddp_own["throughput_samples_per_s"]
         )

@@ -21,7 +21,9 @@ _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # ``layer`` (int) position; ``description`` (str) the module's class; ``forward_s``, ``backward_s``;
 # ``output_bytes`` (what a stage boundary after it sends); ``parameter_bytes``; ``held_bytes`` (what a
 # forward leaves allocated until its backward: output and autograd's saved tensors); ``update_s`` (one
-# SGD step of its weights, also the cost of adding one gradient into the accumulator).
+# SGD step of its weights, as the runtime applies it); ``accumulate_s`` (adding one backward's gradient
+# into the accumulator, as the runtime does it; run folders written before it was measured lack it and
+# are read with ``update_s`` in its place).
 PIPEDREAM_LAYERS_TABLE: dict[str, str] = {
     "layer": "int64",
     "description": "str",
@@ -31,6 +33,7 @@ PIPEDREAM_LAYERS_TABLE: dict[str, str] = {
     "parameter_bytes": "float64",
     "held_bytes": "float64",
     "update_s": "float64",
+    "accumulate_s": "float64",
 }
 
 
