@@ -27,7 +27,7 @@ from clustertwin.runtime.pipedream.workload import Workload
 
 # (small, large) message bytes and timed repetitions of the point-to-point probe: on NVLink a large
 # message must take far longer than the latency for the difference to be a bandwidth; gloo on loopback
-# needs little to show its own.
+# needs fewer repetitions (a CPU run is short).
 LINK_PROBE = {"cuda": ((4096, 64 << 20), 10), "cpu": ((4096, 16 << 20), 3)}
 SYNC_REPS = 5  # timed repetitions of each replicated chunk's gradient synchronisation (the median)
 
