@@ -149,6 +149,7 @@ def main() -> None:
         row["f_over_steady_random"] = row["f_s"] / base["f_s"]
         row["b_over_steady_random"] = row["b_s"] / base["b_s"]
     text = json.dumps(result, indent=1)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     write_text(Path(args.out) / "op_slowdown.json", text)
     print(text)
 

@@ -36,6 +36,15 @@ PIPEDREAM_LAYERS_TABLE: dict[str, str] = {
     "accumulate_s": "float64",
 }
 
+# Runs of layers timed whole on the run's device, as a stage runs them (one autograd graph, the loss in
+# the last): one row per distinct stage of the run's plans; ``forward_s``, ``backward_s`` per microbatch.
+PIPEDREAM_CHUNKS_TABLE: dict[str, str] = {
+    "first_layer": "int64",
+    "last_layer": "int64",
+    "forward_s": "float64",
+    "backward_s": "float64",
+}
+
 
 class PipeDreamReal(_Strict):
     """How ``--backend real`` runs a pipedream scenario (the simulator ignores this section).

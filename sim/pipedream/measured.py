@@ -1,12 +1,13 @@
 """A real run's measured profile (its ``layers`` table) as the simulator's input: the profile the
 planner sees and the per-stage costs the op-level executor runs.
 
-The costs are those of the real runtime (``runtime.pipedream.distributed``): a stage stashes its input
-and what its layers' forwards leave allocated until their backwards (``held_bytes``), every backward but
-the first of an update adds its gradient into the accumulator (``accumulate_s``, measured as the runtime
-adds; ``update_s`` for run folders that lack it), and every ``W`` is one SGD step of the stage's weights
-(``update_s``) after, on a replicated stage, the replicas' all-reduce, priced by the link table's
-measured collective (``collective_table``).
+The costs are those of the real runtime (``runtime.pipedream.distributed``): a stage's forward and
+backward are its layers' summed, or the stage's own when the run timed it whole (``chunks``); a stage
+stashes its input and what its layers' forwards leave allocated until their backwards (``held_bytes``);
+every backward but the first of an update adds its gradient into the accumulator (``accumulate_s``,
+measured as the runtime adds; ``update_s`` for run folders that lack it), and every ``W`` is one SGD
+step of the stage's weights (``update_s``) after, on a replicated stage, the replicas' all-reduce,
+priced by the link table's measured collective (``collective_table``).
 """
 
 from __future__ import annotations
@@ -50,10 +51,21 @@ def planner_profile(layers: pd.DataFrame, batch_size: int, name: str = "measured
 
 
 def measured_costs(
-    layers: pd.DataFrame, stages: Sequence[StagePlan], batch_microbatches: int
+    layers: pd.DataFrame,
+    stages: Sequence[StagePlan],
+    batch_microbatches: int,
+    chunks: pd.DataFrame | None = None,
 ) -> list[ChunkCost]:
-    """Per-stage costs of one microbatch for the real runtime (see the module docstring)."""
+    """Per-stage costs of one microbatch for the real runtime (see the module docstring). A stage that
+    ``chunks`` (a run's ``chunks`` table) timed whole takes its forward and backward from there, as the
+    runtime runs it; any other sums its layers'."""
     rows = layers.sort_values("layer").reset_index(drop=True)
+    whole = {}
+    if chunks is not None:
+        whole = {
+            (int(r.first_layer), int(r.last_layer)): (float(r.forward_s), float(r.backward_s))
+            for r in chunks.itertuples(index=False)
+        }
     accumulate = (batch_microbatches - 1) / batch_microbatches
     add_column = "accumulate_s" if "accumulate_s" in rows.columns else "update_s"
     costs = []
@@ -61,10 +73,13 @@ def measured_costs(
         group = rows.iloc[st.first : st.last + 1]
         update = float(group["update_s"].sum())
         add = float(group[add_column].sum())
+        forward, backward = whole.get(
+            (st.first, st.last), (float(group["forward_s"].sum()), float(group["backward_s"].sum()))
+        )
         costs.append(
             ChunkCost(
-                forward_s=float(group["forward_s"].sum()),
-                backward_s=float(group["backward_s"].sum()) + accumulate * add,
+                forward_s=forward,
+                backward_s=backward + accumulate * add,
                 parameter_bytes=float(group["parameter_bytes"].sum()),
                 activation_bytes=float(group["held_bytes"].sum()),
                 input_bytes=float(rows["output_bytes"].iloc[st.first - 1]) if st.first > 0 else 0.0,
