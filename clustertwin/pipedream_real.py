@@ -24,8 +24,9 @@ the same run from its own profile.
    ``own_sim_*`` metrics, next to the measured ones.
 
 The run's tables follow the simulation's contract (``ops``, ``devices``, ``stages``) plus ``layers``, the
-measured profile, and ``chunks``: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` simulates
-from the layers, and ``clustertwin compare`` sets the two runs side by side.
+measured profile, and ``chunks``: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` plans from
+the layers and costs the stages the run timed whole from ``chunks``, and ``clustertwin compare`` sets
+the two runs side by side.
 """
 
 from __future__ import annotations

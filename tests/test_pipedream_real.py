@@ -65,6 +65,9 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
     measured = f"model.profile={tmp_path / 'real'}"
     sim = api.run(SCENARIO, "sim", [*TINY, measured], tmp_path / "sim", plots=False)
     assert sim.tables["stages"][["first_layer", "last_layer"]].equals(stages[["first_layer", "last_layer"]])
+    # ... and costs its stages as the run timed them whole.
+    for st in sim.tables["stages"].itertuples():
+        assert st.forward_s == pytest.approx(timed.loc[(st.first_layer, st.last_layer), "forward_s"])
     compared = get_kind("pipedream").comparison.compare(tmp_path / "sim", tmp_path / "real", tmp_path / "cmp")
     assert set(compared.pairs) == {"throughput_samples_per_s", "peak_memory_gib_max"}
     assert compared.pairs["throughput_samples_per_s"][1] == pytest.approx(metrics["throughput_samples_per_s"])

@@ -21,6 +21,7 @@ from clustertwin.sim.pipedream.model import ChunkCost
 from clustertwin.traces.pipedream_profile import Layer, ModelProfile
 
 LAYERS_FILE = "layers.parquet"
+CHUNKS_FILE = "chunks.parquet"
 
 
 def is_run_folder(path: str | Path) -> bool:
@@ -31,6 +32,12 @@ def is_run_folder(path: str | Path) -> bool:
 def read_layers(path: str | Path) -> pd.DataFrame:
     """The ``layers`` table of a run folder."""
     return pd.read_parquet(Path(path) / LAYERS_FILE)
+
+
+def read_chunks(path: str | Path) -> pd.DataFrame | None:
+    """The ``chunks`` table of a run folder (its stages timed whole), if it has one."""
+    file = Path(path) / CHUNKS_FILE
+    return pd.read_parquet(file) if file.exists() else None
 
 
 def planner_profile(layers: pd.DataFrame, batch_size: int, name: str = "measured") -> ModelProfile:
