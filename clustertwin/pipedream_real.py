@@ -6,19 +6,27 @@ the same run from its own profile.
    backward, output, held and update costs; [Narayanan] §2.4.1's profiler).
 2. **Plan** it with the scenario's planner on the scenario's cluster (``sim.pipedream.runner.build``,
    the simulation's own path) and generate the schedule's per-stage op lists: a schedule is data, and
-   the real ranks execute the same lists the simulator does.
+   the real ranks execute the same lists the simulator does. Each stage of the plan (and of the
+   data-parallel baseline) is then timed whole on the same device (``profiler.profile_chunks``: one
+   autograd graph over the stage, as a rank runs it; the ``chunks`` table): a stage's forward and
+   backward run a few per cent longer than its layers' summed, and the op-level simulation of this run
+   takes them from there (the planner keeps the per-layer profile).
 3. **Run** one process per device (``runtime.launch``; gloo on CPU, NCCL on ``cuda:rank``): a link probe,
    ``real.warmup_batches`` untimed minibatches, then ``num_batches`` timed ones
    (``runtime.pipedream.real``); with ``real.ddp_baseline`` the same samples again with data
    parallelism (one stage holding the whole model on every device: 1F1B-RR of one stage, [Narayanan]
    §2.4.2, whose update all-reduces every replica's gradient).
-4. **Simulate** the timed run's op lists from the run's own profile and the probed link
-   (``sim.pipedream.measured``), with the runtime's memory model (SGD without momentum, gradient
-   buffer per update): the ``own_sim_*`` metrics, next to the measured ones.
+4. **Simulate** the timed run's op lists from the run's own profile, the probed link and, for
+   replicated stages, the probed gradient synchronisation (``runtime.pipedream.probe``: the all-reduce
+   of each replicated chunk's real gradients among its replicas, as the runtime runs it, whose bus
+   bandwidth per group size enters the link table, ``Network.collective``; ``sim.pipedream.measured``),
+   with the runtime's memory model (SGD without momentum, gradient buffer per update): the
+   ``own_sim_*`` metrics, next to the measured ones.
 
 The run's tables follow the simulation's contract (``ops``, ``devices``, ``stages``) plus ``layers``, the
-measured profile: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` simulates from it, and
-``clustertwin compare`` sets the two runs side by side.
+measured profile, and ``chunks``: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` plans from
+the layers and costs the stages the run timed whole from ``chunks``, and ``clustertwin compare`` sets
+the two runs side by side.
 """
 
 from __future__ import annotations
@@ -35,11 +43,11 @@ from clustertwin.errors import InputError
 from clustertwin.policies.pipedream.ops import Schedule
 from clustertwin.policies.pipedream.partition import StagePlan
 from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
-from clustertwin.scenarios.pipedream_real_section import PIPEDREAM_LAYERS_TABLE
+from clustertwin.scenarios.pipedream_real_section import PIPEDREAM_CHUNKS_TABLE, PIPEDREAM_LAYERS_TABLE
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult, contract_frame
 from clustertwin.sim.pipedream.executor import simulate
-from clustertwin.sim.pipedream.measured import measured_costs, planner_profile
+from clustertwin.sim.pipedream.measured import collective_table, measured_costs, planner_profile
 from clustertwin.sim.pipedream.model import Device, MemoryModel, Network
 from clustertwin.sim.pipedream.runner import build, tables
 
@@ -87,13 +95,15 @@ def check(scenario: PipeDreamScenario, backend: str) -> None:
             )
 
 
-def _profile(scenario: PipeDreamScenario) -> tuple[Any, Any]:
-    """(workload source, layers table, per-layer output shapes and dtypes) measured on the run's device."""
+def _profile(scenario: PipeDreamScenario) -> tuple[Any, Any, Callable[[list[tuple[int, int]]], pd.DataFrame]]:
+    """(workload source, (layers table, per-layer output shapes and dtypes), chunk timer) measured on the
+    run's device; the chunk timer times runs of layers whole, as a stage runs them (the ``chunks``
+    table), and holds the profiled model until it is dropped."""
     import torch
     from torch import nn
 
     from clustertwin.runtime.pipedream.models import ModelSource, loss, trace_shapes
-    from clustertwin.runtime.pipedream.profiler import profile_layers
+    from clustertwin.runtime.pipedream.profiler import profile_chunks, profile_layers
 
     real = scenario.real
     assert real is not None
@@ -118,14 +128,24 @@ def _profile(scenario: PipeDreamScenario) -> tuple[Any, Any]:
         shapes, dtypes = trace_shapes(list(model), x.to(device))
         classes_shape, classes = shapes[-1][1:-1], shapes[-1][-1]
         x, y = source.microbatch(0, scenario.microbatch_size, classes_shape, classes)
-        measured = profile_layers(
-            model, x.to(device), real.profile_iterations, 1, real.model, loss=(loss, y.to(device))
-        )
+        x, y = x.to(device), y.to(device)
+        measured = profile_layers(model, x, real.profile_iterations, 1, real.model, loss=(loss, y))
     finally:
         torch.set_num_threads(threads)
-    del model
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+
+    def time_chunks(cuts: list[tuple[int, int]]) -> pd.DataFrame:
+        if device.type == "cpu":
+            torch.set_num_threads(1)
+        try:  # a chunk's backward timing holds iterations + 1 graphs of it: at most 3 + 1
+            timed = profile_chunks(
+                model, x, [range(a, b + 1) for a, b in cuts], min(real.profile_iterations, 3), 1, (loss, y)
+            )
+        finally:
+            torch.set_num_threads(threads)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return contract_frame(PIPEDREAM_CHUNKS_TABLE, timed)
+
     rows = [
         {
             "layer": i,
@@ -136,12 +156,19 @@ def _profile(scenario: PipeDreamScenario) -> tuple[Any, Any]:
             "parameter_bytes": lay.parameter_bytes,
             "held_bytes": held,
             "update_s": update,
+            "accumulate_s": add,
         }
-        for i, (lay, held, update) in enumerate(
-            zip(measured.profile.layers, measured.held_bytes, measured.update_s, strict=True)
+        for i, (lay, held, update, add) in enumerate(
+            zip(
+                measured.profile.layers,
+                measured.held_bytes,
+                measured.update_s,
+                measured.accumulate_s,
+                strict=True,
+            )
         )
     ]
-    return source, (contract_frame(PIPEDREAM_LAYERS_TABLE, rows), shapes, dtypes)
+    return source, (contract_frame(PIPEDREAM_LAYERS_TABLE, rows), shapes, dtypes), time_chunks
 
 
 def _workload(source: Any, scenario: PipeDreamScenario, stages: tuple[StagePlan, ...], traced: tuple) -> Any:
@@ -198,14 +225,18 @@ def _own_simulation(
     layers: pd.DataFrame,
     stages: tuple[StagePlan, ...],
     link: dict,
+    collective: tuple[tuple[int, float], ...],
+    chunks: pd.DataFrame,
 ) -> dict[str, float]:
-    """The timed run simulated from the run's own profile and the probed link."""
-    costs = measured_costs(layers, stages, schedule.batch_microbatches)
+    """The timed run simulated from the run's own profile (its stages timed whole), the probed link and
+    the probed collective."""
+    costs = measured_costs(layers, stages, schedule.batch_microbatches, chunks)
     network = Network(
         intra_bandwidth=link["bandwidth_Bps"],
         intra_latency=link["latency_s"],
         inter_bandwidth=link["bandwidth_Bps"],
         inter_latency=link["latency_s"],
+        collective=collective,
     )
     devices = [Device() for _ in schedule.workers]
     memory = MemoryModel(gradient_factor=1.0, optimizer_factor=0.0, gradient_buffer="per_update")
@@ -230,7 +261,7 @@ def run_real(
     assert real is not None
     say = progress or (lambda _f, _t: None)
     say(0.0, f"profiling {real.model} on {real.device}")
-    source, traced = _profile(scenario)
+    source, traced, time_chunks = _profile(scenario)
     layers = traced[0]
     profile = planner_profile(layers, scenario.microbatch_size, real.model)
     _, plan, schedule, costs, devices = build(scenario, profile)
@@ -254,6 +285,10 @@ def run_real(
     warmup, timed = _schedules(scenario, replicas, scenario.schedule)
     plans = [RealPlan("plan", _workload(source, scenario, stages, traced), warmup, timed)]
     ddp_stages = (StagePlan(0, len(layers) - 1, world),)
+    cuts = sorted({(st.first, st.last) for st in (*stages, *(ddp_stages if real.ddp_baseline else ()))})
+    say(0.05, f"timing {len(cuts)} stages whole")
+    chunks = time_chunks(cuts)
+    del time_chunks  # frees the profiled model before the ranks start
     if real.ddp_baseline:
         flat = scenario.model_copy(update={"chunks_per_device": 1, "in_flight": None})
         ddp_warmup, ddp_timed = _schedules(flat, (world,), "1f1b")
@@ -275,8 +310,15 @@ def run_real(
         if "plan" in item:
             runs[item["plan"]].append(item)
     result = _result(scenario, plan, timed, costs, devices, runs["plan"], layers)
-    own = _own_simulation(scenario, timed, layers, stages, link)
+    result.tables["chunks"] = chunks
+    collectives = {
+        name: collective_table(p for r in ranks for p in r["sync"]) for name, ranks in runs.items()
+    }
+    own = _own_simulation(scenario, timed, layers, stages, link, collectives["plan"], chunks)
     info = result.info
+    for name, table in collectives.items():
+        prefix = "" if name == "plan" else f"{name}_"
+        info.update({f"{prefix}sync_busbw_gbs_r{r}": bw / 1e9 for r, bw in table})
     info.update({f"own_sim_{k}": v for k, v in own.items()})
     info["link_latency_us"] = link["latency_s"] * 1e6
     info["link_bandwidth_gbs"] = link["bandwidth_Bps"] / 1e9
@@ -289,8 +331,13 @@ def run_real(
         info["ddp_throughput_samples_per_s"] = ddp_samples / wall
         info["ddp_peak_memory_gib_max"] = max(r["peak_bytes"] for r in ddp) / GIB
         info["speedup_over_ddp"] = real_tput / info["ddp_throughput_samples_per_s"]
-        ddp_own = _own_simulation(scenario, plans[1].timed, layers, ddp_stages, link)
+        ddp_own = _own_simulation(
+            scenario, plans[1].timed, layers, ddp_stages, link, collectives["ddp"], chunks
+        )
         info["ddp_own_sim_throughput_samples_per_s"] = ddp_own["throughput_samples_per_s"]
+        info["ddp_own_sim_throughput_error"] = (
+            ddp_own["throughput_samples_per_s"] / info["ddp_throughput_samples_per_s"] - 1.0
+        )
         info["own_sim_speedup_over_ddp"] = (
             own["throughput_samples_per_s"] / ddp_own["throughput_samples_per_s"]
         )

@@ -21,7 +21,9 @@ _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # ``layer`` (int) position; ``description`` (str) the module's class; ``forward_s``, ``backward_s``;
 # ``output_bytes`` (what a stage boundary after it sends); ``parameter_bytes``; ``held_bytes`` (what a
 # forward leaves allocated until its backward: output and autograd's saved tensors); ``update_s`` (one
-# SGD step of its weights, also the cost of adding one gradient into the accumulator).
+# SGD step of its weights, as the runtime applies it); ``accumulate_s`` (adding one backward's gradient
+# into the accumulator, as the runtime does it; run folders written before it was measured lack it and
+# are read with ``update_s`` in its place).
 PIPEDREAM_LAYERS_TABLE: dict[str, str] = {
     "layer": "int64",
     "description": "str",
@@ -31,6 +33,16 @@ PIPEDREAM_LAYERS_TABLE: dict[str, str] = {
     "parameter_bytes": "float64",
     "held_bytes": "float64",
     "update_s": "float64",
+    "accumulate_s": "float64",
+}
+
+# Runs of layers timed whole on the run's device, as a stage runs them (one autograd graph, the loss in
+# the last): one row per distinct stage of the run's plans; ``forward_s``, ``backward_s`` per microbatch.
+PIPEDREAM_CHUNKS_TABLE: dict[str, str] = {
+    "first_layer": "int64",
+    "last_layer": "int64",
+    "forward_s": "float64",
+    "backward_s": "float64",
 }
 
 

@@ -12,7 +12,10 @@ torch = pytest.importorskip("torch")
 
 from clustertwin.runtime.pipedream.distributed import boundaries  # noqa: E402
 from clustertwin.runtime.pipedream.models import ModelSource, SequentialWorkload, trace_shapes  # noqa: E402
-from clustertwin.scenarios.pipedream_real_section import PIPEDREAM_LAYERS_TABLE  # noqa: E402
+from clustertwin.scenarios.pipedream_real_section import (  # noqa: E402
+    PIPEDREAM_CHUNKS_TABLE,
+    PIPEDREAM_LAYERS_TABLE,
+)
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
 
 from clustertwin import api  # noqa: E402
@@ -50,6 +53,11 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
     assert sorted(ops.loc[ops["kind"] == "F", "device"].value_counts().tolist()) == [4, 4]
     assert (ops["end_s"] >= ops["start_s"]).all()
     assert tables["stages"]["last_layer"].iloc[-1] == len(tables["layers"]) - 1
+    # Every stage was also timed whole, and its simulated ops cost what it measured.
+    assert list(tables["chunks"].columns) == list(PIPEDREAM_CHUNKS_TABLE)
+    timed = tables["chunks"].set_index(["first_layer", "last_layer"])
+    for st in stages.itertuples():
+        assert timed.loc[(st.first_layer, st.last_layer), "forward_s"] > 0
     metrics = real.metrics
     assert metrics["throughput_samples_per_s"] > 0 and metrics["own_sim_throughput_samples_per_s"] > 0
     assert metrics["peak_memory_gib_max"] > 0
@@ -57,6 +65,9 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
     measured = f"model.profile={tmp_path / 'real'}"
     sim = api.run(SCENARIO, "sim", [*TINY, measured], tmp_path / "sim", plots=False)
     assert sim.tables["stages"][["first_layer", "last_layer"]].equals(stages[["first_layer", "last_layer"]])
+    # ... and costs its stages as the run timed them whole.
+    for st in sim.tables["stages"].itertuples():
+        assert st.forward_s == pytest.approx(timed.loc[(st.first_layer, st.last_layer), "forward_s"])
     compared = get_kind("pipedream").comparison.compare(tmp_path / "sim", tmp_path / "real", tmp_path / "cmp")
     assert set(compared.pairs) == {"throughput_samples_per_s", "peak_memory_gib_max"}
     assert compared.pairs["throughput_samples_per_s"][1] == pytest.approx(metrics["throughput_samples_per_s"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch.distributed as dist
 from clustertwin.policies.pipedream.ops import Schedule
 from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
 from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, init_rank
+from clustertwin.runtime.pipedream.probe import probe_link
 from clustertwin.runtime.pipedream.torch_pipelining import bench_torch_pipelining
 from clustertwin.runtime.pipedream.workload import Workload
 
@@ -55,41 +55,6 @@ def bench_schedule(name: str, devices: int, microbatches: int, batches: int) -> 
     )
 
 
-def probe_link(executor: StageExecutor, settings: BenchSettings) -> dict[str, float]:
-    """One-way latency and bandwidth from rank 0 to rank 1 on an activation channel: back-to-back
-    messages of a small and a large size, timed on the receiver (t = latency + bytes / bandwidth)."""
-    channel = (0, 1, "act")
-    channels = executor.channels
-    channels.connect([channel])
-    device, rank = executor.device, executor.rank
-    per_message = []
-    for size in settings.probe_bytes:
-        buf = torch.zeros(size // 4, dtype=torch.float32, device=device)
-        for timed in (False, True):
-            barrier(device)
-            began = time.perf_counter()
-            reps = settings.probe_reps if timed else 2
-            for _ in range(reps):
-                if rank == 0:
-                    dist.send(buf, 1, group=channels.groups[channel])
-                elif rank == 1:
-                    dist.recv(buf, 0, group=channels.groups[channel])
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            elapsed = (time.perf_counter() - began) / reps
-        per_message.append(elapsed)
-    small, large = settings.probe_bytes
-    bandwidth = (large - small) / max(per_message[1] - per_message[0], 1e-12)
-    latency = max(per_message[0] - small / bandwidth, 0.0)
-    barrier(device)
-    return {
-        "latency_s": latency,
-        "bandwidth_Bps": bandwidth,
-        "small_s": per_message[0],
-        "large_s": per_message[1],
-    }
-
-
 def _free(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
@@ -111,7 +76,7 @@ def rank_main(rank: int, backend: str, workload: Workload, settings: BenchSettin
     executor = StageExecutor(rank, world, device, workload, settings.lr)
     result: dict = {"rank": rank, "world": world, "settings": asdict(settings), "runs": []}
     if world >= 2:
-        result["link"] = probe_link(executor, settings)
+        result["link"] = probe_link(executor, settings.probe_bytes, settings.probe_reps)
     m = settings.microbatches
     ops: list = []
     for name in settings.schedules:

@@ -5,7 +5,8 @@ Each rank runs its worker's op list in order, exactly as ``sim.pipedream`` and
 ``runtime.pipedream.local`` do ([Narayanan] §2.4.2: a schedule is data). Activations and gradients travel
 over ``runtime.pipedream.p2p`` channels (fixed shapes, one process group per direction and kind,
 received in the sender's order), so the same code runs on NCCL and, in the tests, on gloo. A ``W`` op
-all-reduces the accumulated gradients over the chunk's replicas and applies SGD, creating a new weight
+all-reduces the accumulated gradients over the chunk's replicas where they lie (``sync_gradients``; the
+replicas' mean is folded into the SGD step) and applies SGD, creating a new weight
 version ([Narayanan] §2.4.3, weight stashing; Table 7.1's update rules follow from which version each op
 names). A version is freed as soon as no later op of the rank names it, as in the simulator; when the
 version an update starts from is not needed any more (the flush schedules) the update is in place, so
@@ -102,6 +103,29 @@ def boundaries(workload: Workload, chunks: int) -> list[tuple[tuple[int, ...], t
     if per_boundary is not None:
         return list(per_boundary(chunks))
     return [workload.boundary(chunks)] * max(chunks - 1, 0)
+
+
+# A gradient tensor at least this large is all-reduced where it lies; smaller ones share one flat bucket
+# (a collective per bias or norm weight would be latency-bound; copying the large ones would cost a pass
+# over the stage's gradients before and after the collective).
+BUCKET_BYTES = 1 << 20
+
+
+def sync_gradients(grads: list[torch.Tensor], group: object) -> None:
+    """Sum ``grads`` over ``group``'s members in place: every contiguous tensor of at least
+    ``BUCKET_BYTES`` by its own all-reduce, the rest flattened into one bucket per dtype and copied
+    back. Members must pass tensors of the same shapes in the same order."""
+    small: dict[torch.dtype, list[torch.Tensor]] = defaultdict(list)
+    for g in grads:
+        if g.is_contiguous() and g.numel() * g.element_size() >= BUCKET_BYTES:
+            dist.all_reduce(g, group=group)
+        else:
+            small[g.dtype].append(g)
+    for tensors in small.values():
+        flat = torch.cat([g.reshape(-1) for g in tensors])
+        dist.all_reduce(flat, group=group)
+        parts = flat.split([g.numel() for g in tensors])
+        torch._foreach_copy_(tensors, [part.view_as(g) for part, g in zip(parts, tensors, strict=True)])
 
 
 def _nbytes(tensors) -> int:
@@ -279,24 +303,19 @@ class StageExecutor:
         base_v = newest[c]
         base = versions[c][base_v]
         acc = grads.pop(c, None) or {n: torch.zeros_like(t) for n, t in base.items()}
-        if c in self.replica_groups:
-            flat = torch.cat([acc[n].reshape(-1) for n in base])
-            dist.all_reduce(flat, group=self.replica_groups[c])
-            flat /= dist.get_world_size(self.replica_groups[c])
-            offset = 0
-            for n, t in base.items():
-                acc[n] = flat[offset : offset + t.numel()].view_as(t)
-                offset += t.numel()
         names = list(base)
         weights, steps = [base[n] for n in names], [acc[n] for n in names]
+        lr = self.lr
+        if c in self.replica_groups:
+            group = self.replica_groups[c]
+            sync_gradients(steps, group)
+            lr /= dist.get_world_size(group)  # the replicas' mean, folded into the step (no extra pass)
         if future[(c, base_v)] == 0:
             # Nothing will run on the base version again: update in place (one copy of the weights).
-            torch._foreach_sub_(weights, steps, alpha=self.lr)
+            torch._foreach_sub_(weights, steps, alpha=lr)
             versions[c][version] = base
         else:
-            versions[c][version] = dict(
-                zip(names, torch._foreach_sub(weights, steps, alpha=self.lr), strict=True)
-            )
+            versions[c][version] = dict(zip(names, torch._foreach_sub(weights, steps, alpha=lr), strict=True))
         newest[c] = version
 
     def final(self) -> dict[int, Params]:

@@ -17,7 +17,15 @@ of being added to every call, and the host's ``synchronize`` is outside the inte
 nothing is asynchronous, the marks are ``time.perf_counter``. Forwards run with autograd recording
 (their outputs are dropped at once); backwards run on fresh graphs built (and synchronised) before the
 start event, one per call, each seeded with the same precomputed gradient, so the interval holds
-``iterations`` complete backwards and nothing else. A layer so small that the host cannot enqueue it
+``iterations`` complete backwards and nothing else. That gradient is random (normal, a fixed seed), as
+a pipeline's are: a constant gradient makes the backward's matrix products toggle fewer bits, draw less
+power and run faster than they do in training.
+
+**Steady state.** A GPU that has been idle runs its first milliseconds of work at clocks that sustained
+training does not keep (power and temperature limits). ``profile_layers`` therefore first runs the
+whole model's forward and backward back to back for ``heat_s`` seconds (``HEAT_S`` on CUDA, nothing on
+CPU), then profiles every layer without idling in between, so each layer is timed at the clocks a
+pipeline runs at. A layer so small that the host cannot enqueue it
 faster than the GPU runs it is measured at the host's pace; in a pipeline its neighbours' GPU work would
 hide that, so ``profile_chunks`` times whole chunks the same way, as a cross-check of the summed layers.
 
@@ -30,8 +38,10 @@ activations of a microbatch", not just stage outputs):
   distinct storages reached by ``saved_tensors_hooks`` plus the output;
 - ``transient_bytes``: the extra peak while the layer's forward or backward runs (workspaces, the
   freshly computed gradients) above what is held (CUDA only; 0 on CPU);
-- ``update_s``: one SGD step on the layer's weights (also the cost of accumulating one gradient:
-  both read two weight-sized tensors and write one), timed back to back like the passes.
+- ``update_s``: one SGD step on the layer's weights as the runtime applies it
+  (``torch._foreach_sub_``), timed back to back like the passes;
+- ``accumulate_s``: adding one backward's gradients into the accumulator as the runtime does it
+  (``torch._foreach_add_`` into the existing buffers), timed the same way.
 
 Memory is measured on one forward and backward between ``synchronize`` calls. The backward timing
 holds ``warmup + iterations`` graphs of the layer (or chunk) at once, i.e. that many times its
@@ -52,6 +62,7 @@ from torch import nn
 
 Loss = tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], torch.Tensor]
 TIMING = "back-to-back: warmup untimed, then (end - start) / iterations between two marks"
+HEAT_S = 2.0  # seconds of whole-model passes before a CUDA profile (see "Steady state")
 
 
 def _sync(device: torch.device) -> None:
@@ -134,6 +145,14 @@ def time_back_to_back(
     return start.elapsed_time(end) / 1000.0 / iterations
 
 
+def gradient_like(out: torch.Tensor) -> torch.Tensor:
+    """A backward's seed for ``out``: normal noise from a fixed seed (ones for a scalar, e.g. a loss)."""
+    if out.numel() == 1 or not out.is_floating_point():
+        return torch.ones_like(out)
+    generator = torch.Generator(out.device).manual_seed(0)
+    return torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+
+
 def time_passes(
     run: Callable[[], torch.Tensor],
     grads_of: Sequence[torch.Tensor],
@@ -142,9 +161,10 @@ def time_passes(
     warmup: int,
     event: Callable[[], TimingEvent] | None = None,
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of ``run()`` and of back-propagating a ones gradient from its output
-    to ``grads_of``, each timed back to back (``time_back_to_back``). The backward's graphs are built
-    and synchronised before its start mark; its time is 0 when the output needs no gradient."""
+    """(forward, backward) seconds of ``run()`` and of back-propagating a gradient (``gradient_like``)
+    from its output to ``grads_of``, each timed back to back (``time_back_to_back``). The backward's
+    graphs are built and synchronised before its start mark; its time is 0 when the output needs no
+    gradient."""
     event = event or event_factory(device)
     forward = time_back_to_back(lambda i: run(), iterations, warmup, event)
     outs: list[torch.Tensor | None] = [run() for _ in range(warmup + iterations)]
@@ -152,7 +172,7 @@ def time_passes(
     assert first is not None
     if not first.requires_grad or not grads_of:
         return forward, 0.0
-    seed = torch.ones_like(first)
+    seed = gradient_like(first)
     _sync(device)
 
     def backward(i: int) -> None:
@@ -171,6 +191,7 @@ class LayerProfile:
     held_bytes: tuple[float, ...]
     transient_bytes: tuple[float, ...]
     update_s: tuple[float, ...]
+    accumulate_s: tuple[float, ...]
 
     def to_dict(self) -> dict:
         return {
@@ -187,9 +208,15 @@ class LayerProfile:
                     "held_bytes": held,
                     "transient_bytes": transient,
                     "update_s": update,
+                    "accumulate_s": add,
                 }
-                for lay, held, transient, update in zip(
-                    self.profile.layers, self.held_bytes, self.transient_bytes, self.update_s, strict=True
+                for lay, held, transient, update, add in zip(
+                    self.profile.layers,
+                    self.held_bytes,
+                    self.transient_bytes,
+                    self.update_s,
+                    self.accumulate_s,
+                    strict=True,
                 )
             ],
         }
@@ -236,15 +263,36 @@ def _memory(
     return float(sum(kept.values())), 0.0
 
 
-def _update_s(layer: nn.Module, device: torch.device, iterations: int, warmup: int) -> float:
+def _update_and_accumulate_s(
+    layer: nn.Module, device: torch.device, iterations: int, warmup: int
+) -> tuple[float, float]:
+    """(SGD step, gradient accumulation) seconds on ``layer``'s weights, as the runtime runs them."""
     params = [p.detach() for p in layer.parameters()]
     if not params:
-        return 0.0
+        return 0.0, 0.0
     grads = [torch.zeros_like(p) for p in params]  # subtracting zeros leaves the weights unchanged
+    acc = [torch.zeros_like(p) for p in params]
+    event = event_factory(device)
     _sync(device)
-    return time_back_to_back(  # as the runtimes' SGD step
-        lambda i: torch._foreach_sub_(params, grads, alpha=0.1), iterations, warmup, event_factory(device)
+    update = time_back_to_back(
+        lambda i: torch._foreach_sub_(params, grads, alpha=0.1), iterations, warmup, event
     )
+    add = time_back_to_back(lambda i: torch._foreach_add_(acc, grads), iterations, warmup, event)
+    return update, add
+
+
+def heat(model: nn.Sequential, sample: torch.Tensor, seconds: float, loss: Loss | None = None) -> None:
+    """Run ``model``'s forward and backward back to back for ``seconds`` (see "Steady state")."""
+    if seconds <= 0:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        out = model(sample)
+        if loss is not None:
+            out = loss[0](out, loss[1])
+        torch.autograd.grad(out, params, gradient_like(out), allow_unused=True)
+        _sync(sample.device)
 
 
 def profile_layers(
@@ -254,14 +302,19 @@ def profile_layers(
     warmup: int = 2,
     name: str = "model",
     loss: Loss | None = None,
+    heat_s: float | None = None,
 ) -> LayerProfile:
     """Profile every child of ``model`` on ``sample`` (one minibatch; its first dimension is the batch).
     With ``loss = (fn, target)`` the last layer is timed and measured together with ``fn(out, target)``
-    (the pipeline's last stage computes it)."""
+    (the pipeline's last stage computes it). ``heat_s`` (default ``HEAT_S`` on CUDA, 0 on CPU): seconds
+    of whole-model passes first (see "Steady state")."""
     if iterations < 1:
         raise ValueError("iterations must be >= 1")
     device = sample.device
-    layers, cuts, held, transient, updates = [], [], [], [], []
+    if heat_s is None:
+        heat_s = HEAT_S if device.type == "cuda" else 0.0
+    heat(model, sample, heat_s, loss)
+    layers, cuts, held, transient, updates, adds = [], [], [], [], [], []
     x = sample
     count = len(model)
     for index, layer in enumerate(model):
@@ -300,10 +353,12 @@ def profile_layers(
         cuts.append(act)
         held.append(layer_held)
         transient.append(layer_transient)
-        updates.append(_update_s(layer, device, iterations, warmup))
+        update, add = _update_and_accumulate_s(layer, device, iterations, warmup)
+        updates.append(update)
+        adds.append(add)
         x = y
     profile = ModelProfile(name, tuple(layers), tuple(cuts), int(sample.shape[0]))
-    return LayerProfile(profile, tuple(held), tuple(transient), tuple(updates))
+    return LayerProfile(profile, tuple(held), tuple(transient), tuple(updates), tuple(adds))
 
 
 def profile_chunks(

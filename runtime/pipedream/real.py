@@ -1,6 +1,7 @@
 """One rank of a ``kind: pipedream`` real run: probe the link, then for each of the run's plans (the
-scenario's, and the data-parallel baseline when asked) an untimed warm-up of the plan's schedule, a
-timed run, and on CPU a memory run.
+scenario's, and the data-parallel baseline when asked) a probe of its replicated chunks' gradient
+synchronisation (``runtime.pipedream.probe``), an untimed warm-up of the plan's schedule, a timed run,
+and on CPU a memory run.
 
 Every rank executes its worker's op list of the very schedule the simulator executes
 (``runtime.pipedream.distributed.StageExecutor``). The timed run's wall time is barrier to barrier.
@@ -19,10 +20,16 @@ import torch
 import torch.distributed as dist
 from clustertwin.policies.pipedream.ops import Schedule
 from clustertwin.runtime.launch import report
-from clustertwin.runtime.pipedream.bench import BenchSettings, probe_link
 from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, init_rank
 from clustertwin.runtime.pipedream.memtrace import allocations
+from clustertwin.runtime.pipedream.probe import probe_link, probe_sync
 from clustertwin.runtime.pipedream.workload import Workload
+
+# (small, large) message bytes and timed repetitions of the point-to-point probe: on NVLink a large
+# message must take far longer than the latency for the difference to be a bandwidth; gloo on loopback
+# needs fewer repetitions (a CPU run is short).
+LINK_PROBE = {"cuda": ((4096, 64 << 20), 10), "cpu": ((4096, 16 << 20), 3)}
+SYNC_REPS = 5  # timed repetitions of each replicated chunk's gradient synchronisation (the median)
 
 
 @dataclass(frozen=True)
@@ -58,11 +65,12 @@ def rank_main(rank: int, backend: str, plans: list[RealPlan], lr: float) -> None
     device = member.device
     executor = StageExecutor(rank, member.world, device, plans[0].workload, lr)
     if member.world >= 2:
-        link = probe_link(executor, BenchSettings(probe_bytes=(4096, 16 << 20), probe_reps=5))
+        link = probe_link(executor, *LINK_PROBE[device.type])
         report({"rank": rank, "link": link})
     for plan in plans:
         executor.workload = plan.workload
         executor.layout = None  # a new workload: build its chunks afresh
+        sync = probe_sync(executor, plan.timed, SYNC_REPS)
         if plan.warmup is not None:
             executor.run(plan.warmup)
         record = executor.run(plan.timed)
@@ -74,6 +82,7 @@ def rank_main(rank: int, backend: str, plans: list[RealPlan], lr: float) -> None
                 "rows": record.rows,
                 "wall_s": record.wall_s,
                 "peak_bytes": peak,
+                "sync": sync,
             }
         )
         executor.modules, executor.weights, executor.layout = {}, {}, None

@@ -1,15 +1,18 @@
 """A real run's measured profile (its ``layers`` table) as the simulator's input: the profile the
 planner sees and the per-stage costs the op-level executor runs.
 
-The costs are those of the real runtime (``runtime.pipedream.distributed``): a stage stashes its input
-and what its layers' forwards leave allocated until their backwards (``held_bytes``), every backward but
-the first of an update adds its gradient into the accumulator (one ``update_s`` of work), and every
-``W`` is one SGD step of the stage's weights (``update_s``).
+The costs are those of the real runtime (``runtime.pipedream.distributed``): a stage's forward and
+backward are its layers' summed, or the stage's own when the run timed it whole (``chunks``); a stage
+stashes its input and what its layers' forwards leave allocated until their backwards (``held_bytes``);
+every backward but the first of an update adds its gradient into the accumulator (``accumulate_s``,
+measured as the runtime adds; ``update_s`` for run folders that lack it), and every ``W`` is one SGD
+step of the stage's weights (``update_s``) after, on a replicated stage, the replicas' all-reduce,
+priced by the link table's measured collective (``collective_table``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +21,7 @@ from clustertwin.sim.pipedream.model import ChunkCost
 from clustertwin.traces.pipedream_profile import Layer, ModelProfile
 
 LAYERS_FILE = "layers.parquet"
+CHUNKS_FILE = "chunks.parquet"
 
 
 def is_run_folder(path: str | Path) -> bool:
@@ -28,6 +32,12 @@ def is_run_folder(path: str | Path) -> bool:
 def read_layers(path: str | Path) -> pd.DataFrame:
     """The ``layers`` table of a run folder."""
     return pd.read_parquet(Path(path) / LAYERS_FILE)
+
+
+def read_chunks(path: str | Path) -> pd.DataFrame | None:
+    """The ``chunks`` table of a run folder (its stages timed whole), if it has one."""
+    file = Path(path) / CHUNKS_FILE
+    return pd.read_parquet(file) if file.exists() else None
 
 
 def planner_profile(layers: pd.DataFrame, batch_size: int, name: str = "measured") -> ModelProfile:
@@ -48,19 +58,35 @@ def planner_profile(layers: pd.DataFrame, batch_size: int, name: str = "measured
 
 
 def measured_costs(
-    layers: pd.DataFrame, stages: Sequence[StagePlan], batch_microbatches: int
+    layers: pd.DataFrame,
+    stages: Sequence[StagePlan],
+    batch_microbatches: int,
+    chunks: pd.DataFrame | None = None,
 ) -> list[ChunkCost]:
-    """Per-stage costs of one microbatch for the real runtime (see the module docstring)."""
+    """Per-stage costs of one microbatch for the real runtime (see the module docstring). A stage that
+    ``chunks`` (a run's ``chunks`` table) timed whole takes its forward and backward from there, as the
+    runtime runs it; any other sums its layers'."""
     rows = layers.sort_values("layer").reset_index(drop=True)
+    whole = {}
+    if chunks is not None:
+        whole = {
+            (int(r.first_layer), int(r.last_layer)): (float(r.forward_s), float(r.backward_s))
+            for r in chunks.itertuples(index=False)
+        }
     accumulate = (batch_microbatches - 1) / batch_microbatches
+    add_column = "accumulate_s" if "accumulate_s" in rows.columns else "update_s"
     costs = []
     for i, st in enumerate(stages):
         group = rows.iloc[st.first : st.last + 1]
         update = float(group["update_s"].sum())
+        add = float(group[add_column].sum())
+        forward, backward = whole.get(
+            (st.first, st.last), (float(group["forward_s"].sum()), float(group["backward_s"].sum()))
+        )
         costs.append(
             ChunkCost(
-                forward_s=float(group["forward_s"].sum()),
-                backward_s=float(group["backward_s"].sum()) + accumulate * update,
+                forward_s=forward,
+                backward_s=backward + accumulate * add,
                 parameter_bytes=float(group["parameter_bytes"].sum()),
                 activation_bytes=float(group["held_bytes"].sum()),
                 input_bytes=float(rows["output_bytes"].iloc[st.first - 1]) if st.first > 0 else 0.0,
@@ -69,3 +95,23 @@ def measured_costs(
             )
         )
     return costs
+
+
+def collective_table(probes: Iterable[Mapping[str, float]]) -> tuple[tuple[int, float], ...]:
+    """``Network.collective`` from gradient-synchronisation probes (``runtime.pipedream.probe.probe_sync``
+    rows: ``chunk``, ``members``, ``bytes``, ``seconds``, one per member of each replicated chunk): per
+    group size, the bus bandwidth 2(r−1)/r · Σ bytes / Σ seconds over its chunks, each chunk's time the
+    slowest member's (a collective ends when its last member does), so that the ring formula gives back
+    the measured time at the measured size."""
+    slowest: dict[float, tuple[int, float, float]] = {}
+    for p in probes:
+        members, seconds = int(p["members"]), float(p["seconds"])
+        old = slowest.get(p["chunk"])
+        if old is None or seconds > old[2]:
+            slowest[p["chunk"]] = (members, float(p["bytes"]), seconds)
+    sums: dict[int, list[float]] = {}
+    for members, nbytes, seconds in slowest.values():
+        total = sums.setdefault(members, [0.0, 0.0])
+        total[0] += 2 * (members - 1) / members * nbytes
+        total[1] += seconds
+    return tuple(sorted((r, moved / max(t, 1e-12)) for r, (moved, t) in sums.items() if moved > 0))

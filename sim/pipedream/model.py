@@ -42,6 +42,10 @@ class Network:
     intra_latency: float = 0.0
     inter_bandwidth: float = math.inf
     inter_latency: float = 0.0
+    # Measured all-reduce bus bandwidth per group size, ((members, bytes/s), ...): the collective's own
+    # rate at the size it was measured, its per-call and latency costs included
+    # (``runtime.pipedream.probe.probe_sync``); a group size not listed is a ring over the links above.
+    collective: tuple[tuple[int, float], ...] = ()
 
     def link(self, a: Device, b: Device) -> tuple[float, float]:
         """(bandwidth, latency) between two devices."""
@@ -54,12 +58,16 @@ class Network:
         return latency + (nbytes / bandwidth if nbytes else 0.0)
 
     def allreduce_s(self, group: Sequence[Device], nbytes: float, extra_members: int = 1) -> float:
-        """Ring all-reduce: 2(r-1)/r · bytes over the slowest link, 2(r-1) latency steps. ``group``
+        """Ring all-reduce: 2(r-1)/r · bytes at the measured bus bandwidth of groups of that size
+        (``collective``), else over the slowest link with 2(r-1) latency steps. ``group``
         are the devices simulated; ``extra_members`` multiplies the group size by whole parallel
         pipelines that are not simulated (equi-replicated pipelines, whose links are inter-server)."""
         r = len(group) * extra_members
         if r <= 1 or nbytes == 0:
             return 0.0
+        measured = dict(self.collective).get(r)
+        if measured is not None and extra_members == 1:
+            return 2 * (r - 1) / r * nbytes / measured
         links = [self.link(a, b) for a in group for b in group if a is not b]
         if extra_members > 1:
             links.append((self.inter_bandwidth, self.inter_latency))

@@ -17,7 +17,13 @@ from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult
 from clustertwin.sim.pipedream.executor import SimOutcome, simulate
-from clustertwin.sim.pipedream.measured import is_run_folder, measured_costs, planner_profile, read_layers
+from clustertwin.sim.pipedream.measured import (
+    is_run_folder,
+    measured_costs,
+    planner_profile,
+    read_chunks,
+    read_layers,
+)
 from clustertwin.sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
 from clustertwin.traces.pipedream_profile import (
     BUNDLED_BATCH_SIZES,
@@ -155,7 +161,8 @@ def build(
     ]
     if is_run_folder(scenario.model.profile):
         layers = read_layers(scenario.model.profile)
-        costs = measured_costs(layers, plan.stages, schedule.batch_microbatches)
+        chunks = read_chunks(scenario.model.profile)  # stages the run timed whole, where the cuts agree
+        costs = measured_costs(layers, plan.stages, schedule.batch_microbatches, chunks)
     else:
         costs = chunk_costs(profile, plan.stages)
     return profile, plan, schedule, costs, devices
