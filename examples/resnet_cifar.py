@@ -21,10 +21,9 @@ import os
 
 import torch
 import torch.distributed as dist
+from clustertwin.runtime.job import Job
 from torch import nn
 from torch.nn import functional as F
-
-from clustertwin.runtime.job import Job
 
 
 class BasicBlock(nn.Module):
@@ -99,9 +98,8 @@ def main() -> None:
         optimizer.step()
     if job.rank == 0 and job.leases:
         last = job.leases[-1]
-        print(
-            f"steps {last.start_step}-{last.end_step} at {last.throughput:.2f} steps/s; loss {loss.item():.3f}"
-        )
+        rate = f"{last.throughput:.2f} steps/s"
+        print(f"steps {last.start_step}-{last.end_step} at {rate}; loss {loss.item():.3f}")
     if distributed:
         dist.destroy_process_group()
 
