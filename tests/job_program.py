@@ -8,7 +8,6 @@ import sys
 import time
 
 import torch
-
 from clustertwin.runtime.job import Job
 
 

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -181,8 +180,8 @@ def test_failing_commands_become_failed_jobs_and_the_run_finishes(tmp_path: Path
     given up; the good job finishes and its results are kept."""
     jobs = [job(30), job(30, command="no-such-program --flag"),
             job(30, command="python -c 'import sys; sys.exit(3)'")]  # fmt: skip
-    scenario = load_scenario(own_scenario(tmp_path, jobs, cluster={"gpus": {"cpu": 3, "cpu_slow": 0}, "gpus_per_server": 3},
-                                          max_tries=2))  # fmt: skip
+    cluster = {"gpus": {"cpu": 3, "cpu_slow": 0}, "gpus_per_server": 3}
+    scenario = load_scenario(own_scenario(tmp_path, jobs, cluster=cluster, max_tries=2))
     result = RealGavel(scenario, tmp_path / "work").run()
     events, table = result.tables["events"], result.tables["jobs"].set_index("job_id")
     abandoned = events[events["kind"] == "job_abandoned"].set_index("job_id")["detail"]

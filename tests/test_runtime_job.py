@@ -77,8 +77,10 @@ def test_save_and_load_callables(tmp_path: Path) -> None:
     kept = {"value": 0}
 
     def run() -> Job:
-        job = Job(5, save=lambda: {"kept": dict(kept)}, load=lambda d: kept.update(d["kept"]),
-                  session=Session(checkpoint=tmp_path / "c.pt", lease_steps=2, report=tmp_path / "r.json"))  # fmt: skip
+        session = Session(checkpoint=tmp_path / "c.pt", lease_steps=2, report=tmp_path / "r.json")
+        job = Job(
+            5, save=lambda: {"kept": dict(kept)}, load=lambda d: kept.update(d["kept"]), session=session
+        )
         for _ in job:
             kept["value"] += 1
         return job
