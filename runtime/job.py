@@ -150,7 +150,8 @@ class Job:
         self.checkpoint = self.session.checkpoint or (Path(checkpoint) if checkpoint is not None else None)
         self._state, self._save, self._load = state, save, load
         self.distributed = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank() if self.distributed else 0
+        # Without a process group a rank of torchrun still knows its rank: only rank 0 speaks and saves.
+        self.rank = _rank()
         self.step = 0
         self.saved_step = 0
         self.leases: list[LeaseSummary] = []  # what each lease of this process did

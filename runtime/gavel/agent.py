@@ -218,7 +218,8 @@ class Worker:
                 report = self.control.get(report_key) if self.control.has(report_key) else None
                 if report is None and process.poll() is None and time.monotonic() < deadline:
                     continue
-                if report is None:  # it ended without a report, or ran past the deadline
+                killed = report is None and process.poll() is None
+                if killed:  # it ran past the deadline without a report
                     process.kill()
                     process.wait()
                 if report is None or report["saved"]:  # failed, or finished and exiting by itself
@@ -232,7 +233,9 @@ class Worker:
                     "job_id": job["job_id"], "exit": process.poll(), "report": report,
                     "elapsed_s": time.monotonic() - started,
                 }  # fmt: skip
-                if report is None:
+                if killed:
+                    outcome["killed"] = True
+                elif report is None:
                     outcome["error"] = _tail(job["log"])
                 outcomes.append(outcome)
                 del pending[key]

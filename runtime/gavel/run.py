@@ -323,8 +323,9 @@ class RealGavel:
                 lost.append(job_id)
                 detail = "no report (its agent was lost)" if outcome is None else _failure(outcome)
                 self.event_rows.append((end, "job_failed", job_id, detail))
-                if outcome is not None and not any(a.name in self.lost_agents for a, _ in servers):
-                    self._count_failure(job_id, detail)
+                crashed = outcome is not None and not outcome.get("killed")
+                if crashed and not any(a.name in self.lost_agents for a, _ in servers):
+                    self._count_failure(job_id, detail)  # a slow start killed at the deadline is no crash
             else:
                 made = int(report["end_step"]) - self.known_step[job_id]
                 self.known_step[job_id] = int(report["end_step"])
@@ -423,7 +424,6 @@ class RealGavel:
             else:
                 detail = "no checkpoint at the lease's end"
                 self.event_rows.append((self.now(), "job_failed", job_id, detail))
-                self._count_failure(job_id, detail)
                 self._roll_back(job_id)
 
     def _roll_back(self, job_id: int) -> None:
@@ -505,9 +505,9 @@ def _merged(parts: list[dict]) -> dict:
 
 def _failure(outcome: dict) -> str:
     """Why a lease ended without a report, in a line: the exit status and the job's last words."""
-    code = outcome.get("exit")
-    how = "killed at the round's deadline" if code in (-9, None) and not outcome.get("error") else None
-    text = f"exit {code}" if how is None else how
+    if outcome.get("killed"):
+        return "killed at the round's deadline without a report"
+    text = f"exit {outcome.get('exit')}"
     if outcome.get("error"):
         text += f": {outcome['error']}"
     return text
