@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -174,6 +175,8 @@ class RealGavel:
 
     def run(self) -> RunResult:
         started = time.perf_counter()
+        if not self.resume:  # a fresh run's jobs start from step 0, whatever an earlier run left here
+            shutil.rmtree(self.workdir / "checkpoints", ignore_errors=True)
         (self.workdir / "checkpoints").mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         real = self.scenario.real
