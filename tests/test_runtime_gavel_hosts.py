@@ -190,3 +190,36 @@ def test_failing_commands_become_failed_jobs_and_the_run_finishes(tmp_path: Path
     assert table.loc[0, "steps_done"] == 30 and table.loc[0, "completion_s"] > 0
     assert table.loc[[1, 2], "completion_s"].isna().all()
     assert set(result.info["failed_jobs"]) == {"1", "2"}
+
+
+def test_trace_and_scenario_jobs_become_the_agents_catalog(tmp_path: Path) -> None:
+    """What an agent may run: a trace row's command in its working directory with Gavel's step flag, a
+    scenario job's command, directory and environment; bundled stand-ins where the trace says so."""
+    from clustertwin.errors import InputError
+
+    (tmp_path / "jobs").mkdir()
+    trace = tmp_path / "jobs" / "t.trace"
+    trace.write_text(
+        "LM (batch size 20)\tpython3 train.py --lr 0.1\tlm\t--num_steps\t0\t50\t1\t1\t-1\t0\n"
+        "LM (batch size 40)\tpython3 -m clustertwin.runtime.gavel.job_main\t.\t\t0\t60\t1\t1\t-1\t0\n"
+    )
+    from_trace = [f"workload.trace={trace}", "workload.jobs=null"]
+    scenario = load_scenario(own_scenario(tmp_path, [job(10)]), from_trace)
+    catalog = RealGavel(scenario, tmp_path / "w").catalog
+    assert catalog["0"] == {"command": ["python3", "train.py", "--lr", "0.1", "--num_steps", "50"],
+                            "cwd": str(tmp_path / "jobs" / "lm"), "env": {}}  # fmt: skip
+    assert catalog["1"] == {"builtin": "LM (batch size 40)"}
+    builtin = load_scenario(own_scenario(tmp_path, [job(10)]), [*from_trace, "real.commands=builtin"])
+    assert RealGavel(builtin, tmp_path / "w").catalog["0"] == {"builtin": "LM (batch size 20)"}
+    own = load_scenario(own_scenario(tmp_path, [job(10, "python x.py", env={"A": "1"}, working_dir="sub")]))
+    assert RealGavel(own, tmp_path / "w").catalog["0"] == {
+        "command": ["python", "x.py"], "cwd": str((tmp_path / "sub").resolve()), "env": {"A": "1"}
+    }  # fmt: skip
+    two = {"gpus": {"cpu": 2, "cpu_slow": 0}, "gpus_per_server": 2}
+    spanning = job(10, "./train.sh", job_type="ResNet-18 (batch size 32)", scale_factor=2)
+    ranks = own_scenario(tmp_path, [spanning], cluster=two)
+    with pytest.raises(InputError, match="must start with python"):
+        RealGavel(load_scenario(ranks), tmp_path / "w")
+    unknown = own_scenario(tmp_path, [job(10, job_type="GPT (batch size 1)")])
+    with pytest.raises(InputError, match=r"workload.jobs.0.job_type.*not in the throughput table"):
+        RealGavel(load_scenario(unknown), tmp_path / "w")
