@@ -85,7 +85,7 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
     jobs = [job(300, command), job(400, command, job_type="Recommendation (batch size 512)"),
             job(250, command, job_type="LM (batch size 40)")]  # fmt: skip
     cluster = {"gpus": {"cpu": 2, "cpu_slow": 2}, "gpus_per_server": 2}
-    scenario = load_scenario(own_scenario(tmp_path, jobs, cluster=cluster, grace_s=6.0),
+    scenario = load_scenario(own_scenario(tmp_path, jobs, cluster=cluster, grace_s=30.0),
                              ["mechanism.round_s=6", "mechanism.preemption_overhead_s=2"])  # fmt: skip
     real = RealGavel(scenario, tmp_path / "work", snapshot_dir=tmp_path / "partial")
     plans = record_plans(real.scheduler)
