@@ -97,6 +97,7 @@ class Session:
     slowdown: float = 1.0  # > 1 emulates a slower device: each step is followed by (slowdown - 1) x its time
     report: Path | None = None  # one lease, then save and write its report here (a profiler's measurement)
     control: tuple[ControlClient, str] | None = None  # the scheduler's channel and this job's key prefix
+    job_key: str | None = None  # set on every rank of a job an agent started (rank 0 alone connects)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, connect: bool = True) -> Session:
@@ -114,11 +115,12 @@ class Session:
             slowdown=get(ENV_SLOWDOWN, float) or 1.0,
             report=get(ENV_REPORT, Path),
             control=job_client(env) if connect and _rank() == 0 else None,
+            job_key=env.get("CLUSTERTWIN_JOB_KEY") or None,
         )
 
     @property
     def scheduled(self) -> bool:
-        return self.control is not None or os.environ.get("CLUSTERTWIN_JOB_KEY") is not None
+        return self.control is not None or self.job_key is not None
 
 
 def _rank() -> int:
