@@ -206,6 +206,8 @@ def test_trace_and_scenario_jobs_become_the_agents_catalog(tmp_path: Path) -> No
     from_trace = [f"workload.trace={trace}", "workload.jobs=null"]
     scenario = load_scenario(own_scenario(tmp_path, [job(10)]), from_trace)
     catalog = RealGavel(scenario, tmp_path / "w").catalog
+    # Checkpoints and logs are named absolutely: a job runs in its own working directory.
+    assert RealGavel(scenario, Path("relative-work")).workdir.is_absolute()
     assert catalog["0"] == {"command": ["python3", "train.py", "--lr", "0.1", "--num_steps", "50"],
                             "cwd": str(tmp_path / "jobs" / "lm"), "env": {}}  # fmt: skip
     assert catalog["1"] == {"builtin": "LM (batch size 40)"}

@@ -87,7 +87,8 @@ class RealGavel:
         by the caller); ``resume``: continue from the journal there."""
         if scenario.real is None:
             raise InputError(f"{scenario.source}: field real", "the real backend needs a `real:` section")
-        self.scenario, self.workdir, self.progress = scenario, workdir, progress
+        # Absolute: jobs run in their own working directories, agents perhaps on other machines.
+        self.scenario, self.workdir, self.progress = scenario, workdir.absolute(), progress
         self.snapshot_dir = snapshot_dir
         self.journal = Journal(snapshot_dir) if snapshot_dir is not None else None
         if resume and (self.journal is None or not self.journal.exists()):
