@@ -6,7 +6,8 @@ checkout the same names resolve to those folders directly, so the checkout's cod
 install (``PYTHONPATH=.`` on a machine where nothing can be installed).
 
 ``clustertwin.run``, ``.load``, ``.simulate``, ``.run_real`` and ``.RunOutput`` are the Python API
-(``clustertwin.api``), imported on first use so that ``import clustertwin`` stays light.
+(``clustertwin.api``), imported on first use so that ``import clustertwin`` stays light; ``clustertwin.Job``
+is the job API a training loop iterates over (``clustertwin.runtime.job``, needs torch).
 """
 
 from pathlib import Path
@@ -24,4 +25,8 @@ def __getattr__(name: str) -> Any:
         from clustertwin import api
 
         return getattr(api, name)
+    if name == "Job":
+        from clustertwin.runtime.job import Job
+
+        return Job
     raise AttributeError(f"module 'clustertwin' has no attribute {name!r}")

@@ -80,13 +80,15 @@ def run(
     *,
     scenario: Any = None,
     plots: bool = True,
+    resume: bool = False,
 ) -> RunOutput:
     """Run a scenario file (or a ``scenario`` from :func:`load`) with ``backend`` "sim" or "real".
 
     Every input check runs before any work starts. With ``out`` the run folder is written there
     (summary.json, one Parquet file per table, the kind's plots unless ``plots`` is false); a real run
-    keeps its tables so far in ``<out>.partial`` until then. ``progress(fraction, text)`` is called as
-    the run goes.
+    keeps its tables so far in ``<out>.partial`` until then, and with ``resume`` continues from the
+    journal there (a kind whose real runs resume). ``progress(fraction, text)`` is called as the run
+    goes.
     """
     from clustertwin.solver_banner import silence_solver_banner
 
@@ -106,6 +108,13 @@ def run(
         ensure_replaceable(folder)
     partial = folder.with_name(folder.name + ".partial") if folder is not None and backend == "real" else None
 
+    if resume:
+        if backend != "real" or spec.resume_real is None or partial is None:
+            raise InputError(
+                "--resume", "resumes a real run of a kind that journals it (gavel), with its --out folder"
+            )
+        resume_real = spec.resume_real
+        execute = lambda s, p, d: resume_real(s, p, d)  # noqa: E731
     started = time.perf_counter()
     result = execute(scenario, progress, partial)
     result.info.setdefault("wall_s", time.perf_counter() - started)

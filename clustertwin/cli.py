@@ -67,7 +67,24 @@ def _parser() -> argparse.ArgumentParser:
     _add_overrides(run)
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("--quiet", action="store_true", help="no progress bar or table; print only the folder")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="--backend real: continue a run killed part-way from the journal in <out>.partial",
+    )
     run.set_defaults(handler=_run)
+
+    agent = commands.add_parser(
+        "agent",
+        help="serve one server's devices to a real run's scheduler (one agent per server)",
+        description="Offer this machine's devices of one worker type to the scheduler of a real run"
+        " (`clustertwin run SCENARIO --backend real` with real.agents: remote) and run the jobs it places"
+        " here. The run's shared secret comes from $CLUSTERTWIN_SECRET or --secret-file.",
+    )
+    from clustertwin.runtime.gavel.agent import add_arguments
+
+    add_arguments(agent)
+    agent.set_defaults(handler=_agent)
 
     validate = commands.add_parser(
         "validate",
@@ -224,13 +241,20 @@ def _run(args: argparse.Namespace) -> int:
     verb = "running" if args.backend == "real" else "simulating"
     with progress_bar(f"{verb} {scenario.name}", quiet=args.quiet) as progress:
         output = run(
-            scenario=scenario, backend=args.backend, out=out, progress=progress, plots=not args.no_plots
-        )
+            scenario=scenario, backend=args.backend, out=out, progress=progress, plots=not args.no_plots,
+            resume=args.resume,
+        )  # fmt: skip
     if not args.quiet:
         summary = get_kind(output.kind).summary or _metric_table
         Console().print(summary(output.metrics, output.info))
     print(output.folder)
     return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from clustertwin.runtime.gavel.agent import serve
+
+    return serve(args)
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ PATH_FIELDS: dict[str, tuple[str, ...]] = {
     "throughputs": BUNDLED_THROUGHPUTS,
     "workload.trace": (),
     "mechanism.planned_throughputs": BUNDLED_THROUGHPUTS,
+    "real.secret_file": (),
     **MARKET_PATH_FIELDS,
 }
 
@@ -123,12 +124,43 @@ class Generate(_Strict):
     slos: bool = False  # jobs get SLO deadlines
 
 
+class Job(_Strict):
+    """A job that is the user's own training program (written against ``clustertwin.runtime.job``)."""
+
+    # Its name in the throughput table (the simulator's and the policy's view of it).
+    job_type: str
+    # The command, as words a shell would split (no shell runs it); a leading ``python`` or ``python3``
+    # is the agent's interpreter, and a job of several ranks runs under torchrun.
+    command: str
+    working_dir: str | None = None  # relative to the scenario file's folder (default: that folder)
+    env: dict[str, str] = Field(default_factory=dict)  # added to the agent's environment
+    total_steps: PositiveInt
+    scale_factor: PositiveInt = 1
+    arrival_s: Annotated[NonNegativeFloat, Field(strict=False)] = 0.0
+    priority_weight: Annotated[PositiveFloat, Field(strict=False)] = 1.0
+
+    @field_validator("command")
+    @classmethod
+    def _words(cls, value: str) -> str:
+        import shlex
+
+        try:
+            words = shlex.split(value)
+        except ValueError as err:
+            raise ValueError(f"cannot split the command into words: {err}") from None
+        if not words:
+            raise ValueError("the command is empty")
+        return value
+
+
 class Workload(_Strict):
-    """Where jobs come from (a trace file or the generator) and which jobs the metrics measure."""
+    """Where jobs come from (a trace file, the generator, or a list of the user's own jobs) and which jobs
+    the metrics measure."""
 
     trace: str | None = None
     trace_format: Literal["auto", "10col", "7col"] = "auto"
     generate: Generate | None = None
+    jobs: list[Job] | None = None  # in arrival order
     # Job ids [first, last) whose completion times are measured (steady state); None: all jobs.
     window: Annotated[tuple[NonNegativeInt, NonNegativeInt], Field(strict=False)] | None = None
     # Entity weights for hierarchical policies (§5.4.3): jobs are split into len(entities) contiguous
@@ -144,8 +176,14 @@ class Workload(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> Workload:
-        if (self.trace is None) == (self.generate is None):
-            raise ValueError("give exactly one of trace (a file) and generate (a synthetic workload)")
+        if sum(x is not None for x in (self.trace, self.generate, self.jobs)) != 1:
+            raise ValueError(
+                "give exactly one of trace (a file), generate (a synthetic workload) and jobs (a list)"
+            )
+        if self.jobs is not None:
+            arrivals = [job.arrival_s for job in self.jobs]
+            if arrivals != sorted(arrivals):
+                raise ValueError("jobs must be listed in arrival order (arrival_s non-decreasing)")
         if self.window is not None:
             first, last = self.window
             if first >= last:
@@ -217,6 +255,20 @@ class Real(_Strict):
     pin_cores: bool = False
     grace_s: PositiveFloat = 30.0  # how long past a round's end a job or an agent may be late
     time_scale: PositiveFloat = 1.0  # divides trace arrival times (compress a trace into wall-clock time)
+    # local: the scheduler starts one agent per server on this machine; remote: it waits for agents that
+    # `clustertwin agent --scheduler HOST:PORT` started on the servers (each presenting the shared secret).
+    agents: Literal["local", "remote"] = "local"
+    # Where the scheduler listens for agents and jobs (HOST:PORT; port 0: any free port). Loopback unless
+    # told otherwise: remote agents need an address other machines reach, e.g. 0.0.0.0:29400.
+    listen: Annotated[str, Field(pattern=r"^[^\s:]+:[0-9]{1,5}$")] = "127.0.0.1:0"
+    agent_timeout_s: PositiveFloat = 120.0  # how long to wait for the agents the cluster needs
+    # The shared secret of remote agents and jobs, in a file (else the CLUSTERTWIN_SECRET variable; never
+    # on a command line). Local agents get a fresh secret of the run's own.
+    secret_file: str | None = None
+    max_tries: PositiveInt = 3  # a job whose process fails this many times is marked failed
+    # trace: run each job's own command; builtin: run the bundled stand-in of each job's type (for traces
+    # whose commands need another code base, e.g. Gavel's published ones).
+    commands: Literal["trace", "builtin"] = "trace"
 
 
 class Scenario(ScenarioBase):

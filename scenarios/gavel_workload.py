@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,8 @@ def trace_jobs(scenario: Scenario, table: ThroughputTable) -> tuple[list[TraceJo
     w = scenario.workload
     if w.trace is not None:
         return load_gavel_trace(w.trace, fmt=w.trace_format, table=table), w.trace
+    if w.jobs is not None:
+        return own_jobs(scenario, table), f"{scenario.source}: workload.jobs"
     g = w.generate
     assert g is not None
     jobs = generate_gavel_jobs(
@@ -67,6 +70,28 @@ def trace_jobs(scenario: Scenario, table: ThroughputTable) -> tuple[list[TraceJo
         slos=g.slos,
     )
     return jobs, f"{scenario.source}: workload.generate"
+
+
+def own_jobs(scenario: Scenario, table: ThroughputTable) -> list[TraceJob]:
+    """The scenario's ``workload.jobs``, each a user's program; a job type the table lacks is an error
+    naming the job (the simulator and the policy know a job by its type's throughputs)."""
+    assert scenario.workload.jobs is not None
+    base = Path(scenario.source).parent if Path(scenario.source).is_file() else Path.cwd()
+    jobs = []
+    for i, job in enumerate(scenario.workload.jobs):
+        known = table.scale_factors(job.job_type)
+        if job.scale_factor not in known:
+            raise InputError(
+                f"{scenario.source}: field workload.jobs.{i}.job_type",
+                f"{job.job_type!r} at scale factor {job.scale_factor} is not in the throughput table"
+                f" {table.source} (it has {', '.join(table.job_types()) or 'no job types'})",
+            )
+        jobs.append(TraceJob(
+            job.job_type, job.scale_factor, job.total_steps, job.arrival_s, job.priority_weight,
+            command=job.command, working_directory=str((base / (job.working_dir or ".")).resolve()),
+            env=tuple(sorted(job.env.items())),
+        ))  # fmt: skip
+    return jobs
 
 
 def gavel_jobs(

@@ -105,17 +105,18 @@ def test_pin_cores_is_off_by_default_and_on_for_the_gpu_experiment() -> None:
 
 
 def test_the_run_passes_each_agent_its_slots_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clustertwin.runtime.gavel.fleet import Fleet
     from clustertwin.runtime.gavel.run import RealGavel
+
+    def agent_cores(scenario) -> dict[str, str | None]:
+        fleet = Fleet(scenario, RealGavel(scenario, tmp_path).layout, None, b"")  # type: ignore[arg-type]
+        return {a.name: a.cores for a in fleet.agents}
 
     _fake_host(monkeypatch, 4)
     pinned = load_scenario(SCENARIOS / "gavel-real-cpu.yaml", ["real.pin_cores=true"])
-    args = {a.name: a.args for a in RealGavel(pinned, tmp_path).agents}  # cpu and cpu_slow: 2 slots each
-    assert {name: a[a.index("--cores") + 1] for name, a in args.items()} == {
-        "cpu-0": "0,1",
-        "cpu_slow-0": "2,3",
-    }
+    assert agent_cores(pinned) == {"cpu-0": "0,1", "cpu_slow-0": "2,3"}  # cpu and cpu_slow: 2 slots each
     unpinned = load_scenario(SCENARIOS / "gavel-real-cpu.yaml")
-    assert not any("--cores" in a.args for a in RealGavel(unpinned, tmp_path).agents)
+    assert set(agent_cores(unpinned).values()) == {None}
 
 
 # ------------------------------------------------------------------------------------------ processes
@@ -128,12 +129,15 @@ def test_an_agent_starts_a_job_on_its_slots_cores_only(
     first, last = allowed[0], allowed[-1]  # a slot each (the same core on a 1-CPU machine)
     out = tmp_path / "affinity"
     monkeypatch.setattr(agent, "job_command", lambda *_: [sys.executable, "-c", PRINT_AFFINITY, str(out)])
-    opts = argparse.Namespace(
-        device="cpu", threads=1, slowdown=1.0, cores=cores.parse_slots(f"{first},{last}")
-    )
-    control = argparse.Namespace(host="127.0.0.1", port=0)
-    worker = agent.Worker(opts, control)
-    assert worker._start({"slots": slots, "log": str(tmp_path / "log")}).wait(timeout=60) == 0
+    opts = argparse.Namespace(cores=cores.parse_slots(f"{first},{last}"), secret=b"s", address="127.0.0.1")
+    control = argparse.Namespace(address="127.0.0.1:1", get=lambda key: {"0": {"command": ["true"]}})
+    settings = {"name": "cpu-0", "device": "cpu", "slowdown": 1.0, "threads": 1}
+    worker = agent.Worker(settings, opts, control)  # type: ignore[arg-type]
+    job = {
+        "job_id": 0, "slots": slots, "log": str(tmp_path / "log"), "checkpoint": str(tmp_path / "c.pt"),
+        "key": "job/0/0", "total_steps": 1, "max_steps": 1, "max_seconds": 1.0, "seed": 0,
+    }  # fmt: skip
+    assert worker._start(job, 0.0).wait(timeout=60) == 0
     assert out.read_text() == repr(sorted({(first, last)[s] for s in slots}))
 
 

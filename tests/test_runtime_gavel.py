@@ -77,17 +77,16 @@ def _kill_when(predicate, action, stop: threading.Event) -> threading.Thread:
 
 
 def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
-    trace = tmp_path / "jobs.trace"
-    trace.write_text("".join(
-        f"{t}\tcmd\t.\t--steps\t0\t{steps}\t1\t1\t-1\t0\n"
-        for t, steps in [("LM (batch size 20)", 500), ("Recommendation (batch size 512)", 900),
-                         ("LM (batch size 40)", 400)]
-    ))  # fmt: skip
-    scenario = load_scenario(
-        ROOT / "scenarios/gavel-real-cpu.yaml",
-        [f"workload.trace={trace}", "mechanism.round_s=6", "mechanism.preemption_overhead_s=2",
-         "real.grace_s=6"],
-    )  # fmt: skip
+    """Users' programs (the job API) on agents that die: an agent killed mid-round and a job process killed
+    mid-lease resume from their last checkpoints, and no step is lost or counted twice."""
+    from tests.test_runtime_gavel_hosts import PROGRAM, job, own_scenario
+
+    command = f"python {PROGRAM} --step-s 0.03 --tag {tmp_path / 'work'}"
+    jobs = [job(300, command), job(400, command, job_type="Recommendation (batch size 512)"),
+            job(250, command, job_type="LM (batch size 40)")]  # fmt: skip
+    cluster = {"gpus": {"cpu": 2, "cpu_slow": 2}, "gpus_per_server": 2}
+    scenario = load_scenario(own_scenario(tmp_path, jobs, cluster=cluster, grace_s=30.0),
+                             ["mechanism.round_s=6", "mechanism.preemption_overhead_s=2"])  # fmt: skip
     real = RealGavel(scenario, tmp_path / "work", snapshot_dir=tmp_path / "partial")
     plans = record_plans(real.scheduler)
     stop = threading.Event()
@@ -142,7 +141,12 @@ def test_no_round_starts_before_its_nominal_boundary(tmp_path: Path) -> None:
     ))  # fmt: skip
     scenario = load_scenario(
         ROOT / "scenarios/gavel-real-cpu.yaml",
-        [f"workload.trace={trace}", "mechanism.round_s=10", "mechanism.preemption_overhead_s=9"],
+        [
+            f"workload.trace={trace}",
+            "mechanism.round_s=10",
+            "mechanism.preemption_overhead_s=9",
+            "real.commands=builtin",
+        ],  # fmt: skip
     )
     tables = RealGavel(scenario, tmp_path / "work").run().tables
     rounds, jobs = tables["rounds"], tables["jobs"]

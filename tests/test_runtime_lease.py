@@ -139,20 +139,23 @@ def test_distributed_job_process_under_torchrun(tmp_path: Path) -> None:
 
 
 def test_renewed_leases_train_on_from_memory_and_save_only_when_stopped(tmp_path: Path) -> None:
-    """The renewal protocol: lease 0 from the command line, lease 1 renewed through the store (no save in
-    between), then stop: the checkpoint equals one straight run of the same steps."""
-    from clustertwin.runtime.gavel.control import ControlPlane
+    """The renewal protocol of the job API, spoken by a bundled job: lease 0 from the environment the agent
+    gives, lease 1 renewed through the control channel (no save in between), then stop: the checkpoint
+    equals one straight run of the same steps."""
+    from clustertwin.runtime.gavel.control import ControlServer, job_token
 
-    control = ControlPlane("127.0.0.1", 0, serve=True)
+    secret = b"a-test-secret"
+    control = ControlServer("127.0.0.1", 0, secret)
     ckpt = tmp_path / "renewed.pt"
-    args = [
-        "--job-type", "Recommendation (batch size 512)", "--checkpoint", str(ckpt),
-        "--control", f"127.0.0.1:{control.port}", "--key", "job/7/0",
-        "--max-steps", "2", "--max-seconds", "600", "--total-steps", "100",
-    ]  # fmt: skip
+    env = {
+        **_env(), "CLUSTERTWIN_CONTROL": control.address, "CLUSTERTWIN_JOB_KEY": "job/7/0",
+        "CLUSTERTWIN_JOB_TOKEN": job_token(secret, "job/7/0").decode(), "CLUSTERTWIN_CHECKPOINT": str(ckpt),
+        "CLUSTERTWIN_TOTAL_STEPS": "100", "CLUSTERTWIN_LEASE_STEPS": "2", "CLUSTERTWIN_LEASE_SECONDS": "600",
+    }  # fmt: skip
     process = subprocess.Popen(
-        [sys.executable, "-m", "clustertwin.runtime.gavel.job_main", *args], env=_env()
-    )
+        [sys.executable, "-m", "clustertwin.runtime.gavel.job_main", "--job-type",
+         "Recommendation (batch size 512)"], env=env,
+    )  # fmt: skip
     try:
         first = control.wait_for(["job/7/0/report/0"], time.monotonic() + 120)["job/7/0/report/0"]
         assert (first["start_step"], first["end_step"], first["saved"]) == (0, 2, False)
@@ -164,6 +167,7 @@ def test_renewed_leases_train_on_from_memory_and_save_only_when_stopped(tmp_path
         assert process.wait(timeout=60) == 0
     finally:
         process.kill()
+        control.close()
     assert control.get("job/7/0/saved") == 5
     workload = workload_for("Recommendation (batch size 512)")
     # The job process ran on one thread (OMP_NUM_THREADS=1); so does the straight run, since a matmul

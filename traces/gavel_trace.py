@@ -60,6 +60,9 @@ class TraceJob:
     priority_weight: float = 1.0
     slo: float | None = None
     command: str = ""
+    working_directory: str = ""
+    num_steps_arg: str = ""  # the flag that takes total_steps on the command line (Gavel's convention)
+    env: tuple[tuple[str, str], ...] = ()  # added to the environment it runs in (scenario jobs only)
     line: int = field(default=0, compare=False)
 
 
@@ -121,14 +124,14 @@ def load_gavel_trace(
 def write_gavel_trace(jobs: Iterable[TraceJob], path: str | Path) -> None:
     """Write ``jobs`` in the 10-column format, atomically (a temporary file renamed into place).
 
-    Floats are written with ``repr`` so that :func:`load_gavel_trace` reads back equal jobs. TraceJob
-    keeps no working directory or step-count flag, so those columns are left empty; ``needs_data_dir``
-    is 1 when the command has Gavel's ``%s`` data-directory placeholder.
+    Floats are written with ``repr`` so that :func:`load_gavel_trace` reads back equal jobs (a job's
+    environment has no column, so it is not written); ``needs_data_dir`` is 1 when the command has
+    Gavel's ``%s`` data-directory placeholder.
     """
     path = Path(path)
     rows = []
     for i, job in enumerate(jobs):
-        for name in ("job_type", "command"):
+        for name in ("job_type", "command", "working_directory", "num_steps_arg"):
             value = getattr(job, name)
             if "\t" in value or "\n" in value or "\r" in value:
                 raise InputError(
@@ -138,8 +141,8 @@ def write_gavel_trace(jobs: Iterable[TraceJob], path: str | Path) -> None:
         cells = (
             job.job_type,
             job.command,
-            "",
-            "",
+            job.working_directory,
+            job.num_steps_arg,
             "1" if "%s" in job.command else "0",
             str(job.total_steps),
             str(job.scale_factor),
@@ -205,6 +208,8 @@ def _parse_row(row: dict[str, str], where: str, lineno: int) -> TraceJob:
         priority_weight=priority_weight,
         slo=slo,
         command=row["command"],
+        working_directory=row.get("working_directory", "").strip(),
+        num_steps_arg=row["num_steps_arg"].strip(),
         line=lineno,
     )
 

@@ -29,6 +29,12 @@ def _run_real(scenario: Scenario, progress: Progress | None, snapshot_dir: Path 
     return run(scenario, progress, None, snapshot_dir)
 
 
+def _resume_real(scenario: Scenario, progress: Progress | None, snapshot_dir: Path | None) -> RunResult:
+    from clustertwin.runtime.gavel.run import run
+
+    return run(scenario, progress, None, snapshot_dir, resume=True)
+
+
 def _check(scenario: Scenario, backend: str) -> None:
     """Build the policy once so that an unknown name or parameter fails before any work starts."""
     from clustertwin.policies.registry import make_policy
@@ -134,6 +140,7 @@ SPEC = KindSpec(
     metrics=_metrics,
     simulate=lazy("clustertwin.sim.gavel.setup:run"),
     run_real=_run_real,
+    resume_real=_resume_real,
     check=_check,
     prepare=lazy("clustertwin.sim.gavel.setup:build"),
     plot=lazy("clustertwin.analysis.gavel_plots:plot_run"),

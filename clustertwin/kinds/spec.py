@@ -99,6 +99,8 @@ class KindSpec:
     simulate: Callable[[Any, Progress | None], RunResult] | None = None
     no_simulator: str = ""
     run_real: Callable[[Any, Progress | None, Path | None], RunResult] | None = None
+    # Continue a real run killed part-way from the journal in its snapshot folder (None: not resumable).
+    resume_real: Callable[[Any, Progress | None, Path | None], RunResult] | None = None
     check: Callable[[Any, str], None] | None = None
     prepare: Callable[[Any], object] | None = None
     plot: Callable[[Path], list[Path]] | None = None

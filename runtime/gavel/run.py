@@ -17,14 +17,20 @@ A round credits the steps each lease reports. A job whose process dies keeps onl
 the steps since its last save are taken back from the rounds that credited them (``rolled_back`` events),
 and it is rescheduled from there, so no step is counted twice or lost. Measured throughputs feed the
 policy, smoothed (as Gavel does).
+
+Jobs are the scenario's own programs (``runtime.job``) or the bundled stand-ins; agents run on this machine
+or on many (``runtime.gavel.fleet``), behind an authenticated control channel (``runtime.gavel.control``).
+A job spans servers when the plan places it so (torchrun's c10d rendezvous across its agents). A job whose
+process fails ``real.max_tries`` times is given up (``job_abandoned``) and the run goes on without it.
+After every round the run's state is journalled beside its tables (``runtime.gavel.journal``): a scheduler
+killed part-way continues with ``--resume`` from the last round, every job from its last checkpoint.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
+import shlex
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,9 +41,10 @@ from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.lease_time import LeaseTime
 from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, RoundPlan, SchedulerConfig
 from clustertwin.policies.registry import make_policy
-from clustertwin.runtime.cores import format_slots, slot_cores
-from clustertwin.runtime.gavel.control import ControlPlane
-from clustertwin.runtime.launch import die_with_parent
+from clustertwin.runtime.gavel.agent import BUILTIN
+from clustertwin.runtime.gavel.control import SECRET_ENV, ControlServer, new_secret, read_secret
+from clustertwin.runtime.gavel.fleet import Agent, Fleet
+from clustertwin.runtime.gavel.journal import Journal
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.gavel_workload import (
     GavelJob,
@@ -52,7 +59,6 @@ from clustertwin.scenarios.results import GAVEL_TABLES, RunResult
 from clustertwin.atomic import write_parquet
 from clustertwin.errors import InputError
 
-AGENT_START_S = 120.0
 ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"])
 
 
@@ -60,45 +66,40 @@ ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TA
 class _Live:
     """A job process that holds its workers between rounds, waiting for its next lease."""
 
-    agent: str
+    agents: tuple[str, ...]  # its servers' agents (several for a job spanning servers)
     gpus: tuple[int, ...]
     key: str  # its key prefix in the control plane
     lease: int  # the index of its current lease
 
 
-class Agent:
-    def __init__(self, name: str, worker_type: int, server: int, args: list[str]) -> None:
-        self.name, self.worker_type, self.server, self.args = name, worker_type, server, args
-        self.process: subprocess.Popen | None = None
-
-    def start(self, control: ControlPlane) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "clustertwin.runtime.gavel.agent",
-            "--control",
-            f"{control.host}:{control.port}",
-        ]
-        self.process = subprocess.Popen(
-            [*command, "--agent", self.name, *self.args], preexec_fn=die_with_parent
-        )
-
-
 class RealGavel:
     def __init__(
-        self, scenario: Scenario, workdir: Path, progress=None, snapshot_dir: Path | None = None
+        self,
+        scenario: Scenario,
+        workdir: Path,
+        progress=None,
+        snapshot_dir: Path | None = None,
+        *,
+        resume: bool = False,
     ) -> None:
-        """``snapshot_dir``: where the event tables so far are rewritten after every round, so that a run
-        killed part-way keeps what it finished (the final, complete folder is written by the caller)."""
+        """``snapshot_dir``: where the event tables so far (and the journal) are rewritten after every
+        round, so that a run killed part-way keeps what it finished (the final, complete folder is written
+        by the caller); ``resume``: continue from the journal there."""
         if scenario.real is None:
             raise InputError(f"{scenario.source}: field real", "the real backend needs a `real:` section")
-        self.scenario, self.workdir, self.progress = scenario, workdir, progress
+        # Absolute: jobs run in their own working directories, agents perhaps on other machines.
+        self.scenario, self.workdir, self.progress = scenario, workdir.absolute(), progress
         self.snapshot_dir = snapshot_dir
+        self.journal = Journal(snapshot_dir) if snapshot_dir is not None else None
+        if resume and (self.journal is None or not self.journal.exists()):
+            where = snapshot_dir if snapshot_dir is not None else "the run"
+            raise InputError(f"{where}", "--resume: no journal of an earlier run of this scenario there")
+        self.resume = resume
         table = load_table(scenario)
         self.layout: ClusterLayout = cluster_layout(scenario, table)
         jobs, origin = trace_jobs(scenario, table)
         self.jobs: list[GavelJob] = gavel_jobs(scenario, table, self.layout, jobs, origin)
-        self._check_fits(origin)
+        self.catalog = self._catalog(origin, jobs)
         policy = make_policy(scenario.policy.name, **scenario.policy.params)
         if getattr(policy, "space_sharing", False):
             raise InputError(
@@ -109,7 +110,6 @@ class RealGavel:
             self.layout, policy, np.random.default_rng(scenario.seed),
             SchedulerConfig(m.round_s, m.min_reset_interval_s),
         )  # fmt: skip
-        self.agents = self._agents()
         self.round_rows: list[tuple] = []
         self.event_rows: list[tuple] = []
         self.completion: dict[int, float] = {}
@@ -118,6 +118,11 @@ class RealGavel:
         self.saved_step: dict[int, int] = {j.spec.job_id: 0 for j in self.jobs}  # in its checkpoint
         self.live: dict[int, _Live] = {}  # jobs whose process holds their workers between rounds
         self.lost_agents: set[str] = set()
+        self.tries: dict[int, int] = {}  # failed leases by job
+        self._last_failure: dict[int, str] = {}
+        self.failed: dict[int, str] = {}  # jobs given up, and why
+        self.rounds_done = 0
+        self.admitted: set[int] = set()
         # What a round really loses per worker type, started afresh (process start-up, checkpoint load and
         # save) or renewed: leases are sized by it, so that a lease plus its overhead fills the round.
         self.lease_time = LeaseTime(
@@ -126,62 +131,86 @@ class RealGavel:
 
     # --- set-up -------------------------------------------------------------------------------------
 
-    def _check_fits(self, origin: str) -> None:
-        """A job runs inside one server for real (no cross-agent rendezvous yet)."""
-        for job in self.jobs:
-            fits = [
-                job.spec.throughputs[j] > 0 and job.spec.scale_factor <= self.layout.gpus_per_server[j]
-                for j in range(len(self.layout.worker_types))
-            ]
-            if not any(fits):
-                raise InputError(
-                    f"{origin} (job {job.spec.job_id})",
-                    f"needs {job.spec.scale_factor} GPUs on one server; servers hold "
-                    f"{dict(zip(self.layout.worker_types, self.layout.gpus_per_server, strict=True))}",
-                )
-
-    def _agents(self) -> list[Agent]:
-        agents = []
+    def _catalog(self, origin: str, trace: list) -> dict[str, dict]:
+        """What an agent may run, by job id: the bundled stand-in of the job's type, or the job's own
+        command (its words, working directory and environment). Agents start nothing else."""
         real = self.scenario.real
         assert real is not None
-        cores = slot_cores(self.scenario) if real.pin_cores else None
-        for j, name in enumerate(self.layout.worker_types):
-            worker = real.workers[name]
-            k = self.layout.gpus_per_server[j]
-            for server in range(-(-self.layout.gpus[j] // k)):
-                args = ["--device", worker.device, "--slowdown", str(worker.slowdown)]
-                args += ["--threads", str(real.threads_per_cpu_worker)]
-                if worker.device == "cuda":
-                    assert worker.cuda_devices is not None
-                    ids = worker.cuda_devices[server * k : (server + 1) * k]
-                    args += ["--cuda-devices", ",".join(str(i) for i in ids)]
-                if cores is not None:
-                    args += ["--cores", format_slots(cores[name][server * k : (server + 1) * k])]
-                agents.append(Agent(f"{name}-{server}", j, server, args))
-        return agents
+        catalog: dict[str, dict] = {}
+        for job_id, job in enumerate(trace):
+            words = shlex.split(job.command) if job.command.strip() else []
+            if real.commands == "builtin" or not words or BUILTIN in words:
+                catalog[str(job_id)] = {"builtin": job.job_type}
+                continue
+            if job.scale_factor > 1 and words[0] not in ("python", "python3"):
+                raise InputError(
+                    f"{origin} (job {job_id})",
+                    f"a job of {job.scale_factor} ranks runs under torchrun, so its command must start with"
+                    f" python or python3; got {words[0]!r}",
+                )
+            if job.num_steps_arg:
+                words += [job.num_steps_arg, str(job.total_steps)]
+            cwd = job.working_directory or None
+            if cwd is not None and origin == self.scenario.workload.trace:
+                cwd = str(Path(origin).parent / cwd)  # a trace's folders are relative to the trace
+            catalog[str(job_id)] = {"command": words, "cwd": cwd, "env": dict(job.env)}
+        return catalog
 
     # --- the round loop -----------------------------------------------------------------------------
 
+    def _secret(self) -> bytes:
+        real = self.scenario.real
+        assert real is not None
+        if real.agents == "local":
+            return new_secret()  # the run's own: only the agents it starts learn it
+        try:
+            secret = read_secret(os.environ, real.secret_file)
+        except (OSError, ValueError) as err:
+            raise InputError(f"{self.scenario.source}: field real.secret_file", str(err)) from None
+        if secret is None:
+            raise InputError(
+                f"{self.scenario.source}: field real.agents",
+                f"remote agents need a shared secret: set {SECRET_ENV} or real.secret_file",
+            )
+        return secret
+
     def run(self) -> RunResult:
         started = time.perf_counter()
+        if not self.resume:  # a fresh run's jobs start from step 0, whatever an earlier run left here
+            shutil.rmtree(self.workdir / "checkpoints", ignore_errors=True)
         (self.workdir / "checkpoints").mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        self.control = ControlPlane("127.0.0.1", 0, serve=True)
-        for agent in self.agents:
-            agent.start(self.control)
+        real = self.scenario.real
+        assert real is not None
+        host, port = real.listen.rsplit(":", 1)
+        secret = self._secret()
         try:
-            self._wait_ready(self.agents, 0)
-            self.t0 = time.monotonic()
+            self.control = ControlServer(host, int(port), secret)
+        except OSError as err:
+            raise InputError(f"{self.scenario.source}: field real.listen", f"cannot listen: {err}") from None
+        self.control.put("catalog", self.catalog)
+        self.fleet = Fleet(self.scenario, self.layout, self.control, secret)
+        self.agents = self.fleet.agents
+        if self.resume:
+            self._restore()
+        try:
+            self.fleet.start(self.rounds_done)
+            self.t0 = time.monotonic() - self.resumed_at
             self._loop()
         finally:
-            self._stop_agents()
+            self.fleet.stop(self.rounds_done)
+            self.control.close()
         # Seconds of a round not spent training ([Narayanan] Table 5.4), by worker type and lease kind.
         lost = {
             f"{name}/{'renewed' if renew else 'started'}": float(np.mean(seen))
             for (name, renew), seen in sorted(self.lease_time.seen.items())
         }
         info = {"wall_s": time.perf_counter() - started, "backend": "real", "round_overhead_s": lost}
+        if self.failed:
+            info["failed_jobs"] = {str(job_id): why for job_id, why in sorted(self.failed.items())}
         return RunResult(tables=self._tables(), info=info)
+
+    resumed_at = 0.0  # the run's clock when the journal it resumes from was written
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -190,11 +219,18 @@ class RealGavel:
         sched = self.scheduler
         pending = sorted(self.jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         scale = self.scenario.real.time_scale if self.scenario.real else 1.0
-        round_index = 0
-        while len(self.completion) < len(self.jobs):
+        admitted = self.admitted
+        pending = [j for j in pending if j.spec.job_id not in admitted]
+        for job in sorted(self.jobs, key=lambda j: j.spec.job_id):  # resumed: back with their saved steps
+            job_id = job.spec.job_id
+            if job_id in admitted and job_id not in self.completion and job_id not in self.failed:
+                sched.add_job(replace(job.spec, arrival_s=job.spec.arrival_s / scale))
+                sched.record_progress(job_id, float(self.saved_step[job_id]))
+        while len(self.completion) + len(self.failed) < len(self.jobs):
             while pending and pending[0].spec.arrival_s / scale <= self.now():
                 job = pending.pop(0)
                 sched.add_job(replace(job.spec, arrival_s=job.spec.arrival_s / scale))
+                admitted.add(job.spec.job_id)
                 self.event_rows.append((self.now(), "admit", job.spec.job_id, job.spec.job_type))
             if sched.reset_due(self.now()):
                 sched.reset(self.now())
@@ -206,12 +242,12 @@ class RealGavel:
                     wake.append(sched.next_reset_s())
                 time.sleep(max(min(wake, default=self.now() + 1.0) - self.now(), 0.01))
                 continue
-            self._run_round(round_index, plan)
-            round_index += 1
+            self._run_round(self.rounds_done, plan)
+            self.rounds_done += 1
             if self.snapshot_dir is not None:
                 self._snapshot()
             if self.progress is not None:
-                self.progress(*self._progress(round_index))
+                self.progress(*self._progress(self.rounds_done))
 
     def _progress(self, rounds: int) -> tuple[float, str]:
         """The fraction of all jobs' steps trained, and a line a person can follow while jobs run for
@@ -219,6 +255,8 @@ class RealGavel:
         total = sum(int(j.spec.total_steps) for j in self.jobs)
         done = sum(min(self.known_step[j.spec.job_id], int(j.spec.total_steps)) for j in self.jobs)
         text = f"round {rounds}, {done}/{total} steps, {len(self.completion)}/{len(self.jobs)} jobs done"
+        if self.failed:
+            text += f", {len(self.failed)} failed"
         return (done / total if total else 1.0), text
 
     def _run_round(self, r: int, plan: RoundPlan) -> None:
@@ -230,7 +268,7 @@ class RealGavel:
         self._stop_unrenewed({job_id for _, job_id, _, _, _, renew in placed if renew}, r)
 
         per_agent: dict[str, list[dict]] = {a.name: [] for a in self.agents}
-        for _, job_id, j, gpus, agent, renew in placed:
+        for _, job_id, j, gpus, servers, renew in placed:
             spec = by_id[job_id].spec
             lease = {
                 "max_steps": int(spec.total_steps) - self.known_step[job_id],
@@ -241,15 +279,17 @@ class RealGavel:
                 live.lease += 1
                 self.control.put(f"{live.key}/lease/{live.lease}", lease)
             else:
-                self.live[job_id] = _Live(agent.name, gpus, f"job/{job_id}/{r}", 0)
-            k = self.layout.gpus_per_server[j]
-            per_agent[agent.name].append({
-                **lease, "job_id": job_id, "job_type": spec.job_type, "slots": [g % k for g in gpus],
-                "key": self.live[job_id].key, "lease": self.live[job_id].lease, "renew": renew,
-                "total_steps": int(spec.total_steps), "seed": self.scenario.seed,
-                "checkpoint": str(self.workdir / "checkpoints" / f"job{job_id}.pt"),
-                "log": str(self.workdir / "logs" / f"job{job_id}.log"),
-            })  # fmt: skip
+                names = tuple(agent.name for agent, _ in servers)
+                self.live[job_id] = _Live(names, gpus, f"job/{job_id}/{r}", 0)
+            for agent, slots in servers:
+                per_agent[agent.name].append({
+                    **lease, "job_id": job_id, "job_type": spec.job_type, "slots": slots,
+                    "nodes": list(self.live[job_id].agents),
+                    "key": self.live[job_id].key, "lease": self.live[job_id].lease, "renew": renew,
+                    "total_steps": int(spec.total_steps), "seed": self.scenario.seed,
+                    "checkpoint": str(self.workdir / "checkpoints" / f"job{job_id}.pt"),
+                    "log": str(self.workdir / "logs" / f"job{job_id}-{agent.name}.log"),
+                })  # fmt: skip
         start = self.now()
         for agent in self.agents:
             self.control.put(
@@ -259,30 +299,37 @@ class RealGavel:
         deadline = time.monotonic() + m.round_s + real.grace_s + 10.0
         keys = {f"done/{r}/{a.name}": a for a in self.agents}
         done = self.control.wait_for(list(keys), deadline)
-        outcomes = {}
+        parts: dict[int, list[dict]] = {}
         for key, agent in keys.items():
             if key not in done:
                 self.event_rows.append((self.now(), "agent_lost", -1, agent.name))
-                self._restart(agent, r + 1)
+                self.lost_agents.add(agent.name)
+                self.fleet.replace(agent, r + 1)
                 continue
             for outcome in done[key]:
-                outcomes[outcome["job_id"]] = outcome
+                parts.setdefault(outcome["job_id"], []).append(outcome)
+        outcomes = {job_id: _merged(mine) for job_id, mine in parts.items()}
         end = self.now()
         seconds = np.zeros(len(plan))
         steps: dict[int, float] = {}
         finished: list[tuple[float, int]] = []
         lost: list[int] = []
         full = False  # some lease ran its full time (its job did not finish in this round)
-        for i, job_id, j, gpus, _, renew in placed:
+        for i, job_id, j, gpus, servers, renew in placed:
             outcome = outcomes.get(job_id)
+            if outcome is not None and len(parts[job_id]) < len(servers):
+                outcome = {**outcome, "report": None}  # part of a spanning job was on a lost agent
             report = outcome["report"] if outcome else None
             made = 0
             job_end = end
             name = self.layout.worker_types[j]
             if report is None:
                 lost.append(job_id)
-                detail = "no report" if outcome is None else f"exit {outcome['exit']}"
+                detail = "no report (its agent was lost)" if outcome is None else _failure(outcome)
                 self.event_rows.append((end, "job_failed", job_id, detail))
+                crashed = outcome is not None and not outcome.get("killed")
+                if crashed and not any(a.name in self.lost_agents for a, _ in servers):
+                    self._count_failure(job_id, detail)  # a slow start killed at the deadline is no crash
             else:
                 made = int(report["end_step"]) - self.known_step[job_id]
                 self.known_step[job_id] = int(report["end_step"])
@@ -316,29 +363,50 @@ class RealGavel:
         self.scheduler.record_round(plan, seconds, steps, end - start)
         for job_id in lost:
             self._roll_back(job_id)
-        for job_id in [job_id for job_id, live in self.live.items() if live.agent in self.lost_agents]:
+        for job_id in [j for j, live in self.live.items() if set(live.agents) & self.lost_agents]:
             self._roll_back(job_id)
         self.lost_agents.clear()
         for t, job_id in sorted(finished):
             self.completion[job_id] = t
             self.scheduler.remove_job(job_id)
             self.event_rows.append((t, "complete", job_id, ""))
+        real = self.scenario.real
+        for job_id, tries in sorted(self.tries.items()):
+            if tries >= real.max_tries and job_id not in self.failed and job_id not in self.completion:
+                self.failed[job_id] = self._last_failure[job_id]
+                self.live.pop(job_id, None)
+                self.scheduler.remove_job(job_id)
+                self.event_rows.append((
+                    self.now(), "job_abandoned", job_id,
+                    f"failed {tries} times (real.max_tries); last: {self._last_failure[job_id]}",
+                ))  # fmt: skip
 
-    def _placements(self, plan: RoundPlan) -> list[tuple[int, int, int, tuple[int, ...], Agent, bool]]:
-        """Each lease of the plan: (plan index, job, worker type, GPUs, agent, renewed). A lease is renewed
-        exactly when the scheduler's plan says so; its process is then the one already on those GPUs,
-        since every process that died was reported to the scheduler (:meth:`_roll_back`)."""
+    def _count_failure(self, job_id: int, detail: str) -> None:
+        self.tries[job_id] = self.tries.get(job_id, 0) + 1
+        self._last_failure[job_id] = detail
+
+    def _placements(
+        self, plan: RoundPlan
+    ) -> list[tuple[int, int, int, tuple[int, ...], list[tuple[Agent, list[int]]], bool]]:
+        """Each lease of the plan: (plan index, job, worker type, GPUs, its servers' agents with the slots
+        it has on each, renewed). A lease is renewed exactly when the scheduler's plan says so; its
+        processes are then the ones already on those GPUs, since every process that died was reported to
+        the scheduler (:meth:`_roll_back`)."""
         placed = []
         for i, (key, j, gpus) in enumerate(zip(plan.job_ids, plan.worker_types, plan.gpus, strict=True)):
             k = self.layout.gpus_per_server[int(j)]
-            agent = next(a for a in self.agents if a.worker_type == int(j) and a.server == gpus[0] // k)
+            by_server: dict[int, list[int]] = {}
+            for g in gpus:
+                by_server.setdefault(int(g) // k, []).append(int(g) % k)
+            servers = [(self.fleet.agent_for(int(j), server), slots) for server, slots in by_server.items()]
             renew = bool(plan.renewed[i])
             live = self.live.get(key[0])
-            if renew and (live is None or (live.agent, live.gpus) != (agent.name, tuple(gpus))):
+            names = tuple(agent.name for agent, _ in servers)
+            if renew and (live is None or (live.agents, live.gpus) != (names, tuple(gpus))):
                 raise RuntimeError(
                     f"round plan renews job {key[0]}'s lease on {gpus}, where it has no process"
                 )
-            placed.append((i, key[0], int(j), tuple(gpus), agent, renew))
+            placed.append((i, key[0], int(j), tuple(gpus), servers, renew))
         return placed
 
     def _stop_unrenewed(self, renewed: set[int], r: int) -> None:
@@ -358,7 +426,8 @@ class RealGavel:
                 self.saved_step[job_id] = int(saved[f"{live.key}/saved"])
                 del self.live[job_id]
             else:
-                self.event_rows.append((self.now(), "job_failed", job_id, "no checkpoint at the lease's end"))
+                detail = "no checkpoint at the lease's end"
+                self.event_rows.append((self.now(), "job_failed", job_id, detail))
                 self._roll_back(job_id)
 
     def _roll_back(self, job_id: int) -> None:
@@ -367,64 +436,60 @@ class RealGavel:
         self.live.pop(job_id, None)
         self.scheduler.lease_lost(job_id)
         lost = self.known_step[job_id] - self.saved_step[job_id]
+        if lost > 0:
+            self.scheduler.record_progress(job_id, -float(lost))
+            self._take_back(job_id, lost, self.now())
+
+    def _take_back(self, job_id: int, lost: int, now: float) -> None:
+        """Take ``lost`` steps of a job back from the latest rounds that credited them."""
         if lost <= 0:
             return
         self.known_step[job_id] = self.saved_step[job_id]
-        self.scheduler.record_progress(job_id, -float(lost))
         left = float(lost)
         for row in reversed(self.round_rows):
             if row[ROW_JOB] == job_id and left > 0:
                 taken = min(row[ROW_STEPS], left)
                 row[ROW_STEPS] -= taken
                 left -= taken
-        self.event_rows.append((self.now(), "rolled_back", job_id, f"{lost} steps since its checkpoint"))
-
-    # --- agents -------------------------------------------------------------------------------------
-
-    def _wait_ready(self, agents: list[Agent], first_round: int) -> None:
-        keys = [f"ready/{a.name}" for a in agents]
-        found = self.control.wait_for(keys, time.monotonic() + AGENT_START_S)
-        if len(found) < len(keys):
-            missing = [a.name for a in agents if f"ready/{a.name}" not in found]
-            raise RuntimeError(f"worker agents did not start: {', '.join(missing)}")
-        for agent in agents:
-            self.control.put(f"start/{agent.name}", first_round)
-
-    def _restart(self, agent: Agent, first_round: int) -> None:
-        """A lost agent (a dead node) comes back for the next round, as a replaced machine would."""
-        if agent.process is not None and agent.process.poll() is None:
-            agent.process.kill()
-            agent.process.wait()
-        self.lost_agents.add(agent.name)
-        self.control.store.delete_key(f"ready/{agent.name}")
-        self.control.store.delete_key(f"start/{agent.name}")
-        agent.start(self.control)
-        self._wait_ready([agent], first_round)
-
-    def _stop_agents(self) -> None:
-        for agent in self.agents:
-            if agent.process is None:
-                continue
-            for r in range(10_000):
-                if not self.control.has(f"plan/{r}/{agent.name}"):
-                    self.control.put(f"plan/{r}/{agent.name}", {"stop": True})
-                    break
-        for agent in self.agents:
-            if agent.process is None:
-                continue
-            try:
-                agent.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(agent.process.pid, signal.SIGKILL)
-                agent.process.wait()
+        self.event_rows.append((now, "rolled_back", job_id, f"{lost} steps since its checkpoint"))
 
     # --- tables -------------------------------------------------------------------------------------
 
     def _snapshot(self) -> None:
-        assert self.snapshot_dir is not None
+        assert self.snapshot_dir is not None and self.journal is not None
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)
         for name, table in self._tables().items():
             write_parquet(self.snapshot_dir / f"{name}.parquet", table)
+        self.journal.write({
+            "scenario": self.scenario.name, "now": self.now(), "rounds": self.rounds_done,
+            "known": self.known_step, "saved": self.saved_step, "completion": self.completion,
+            "first_start": self.first_start, "tries": self.tries, "failed": self.failed,
+            "last_failure": self._last_failure, "admitted": sorted(self.admitted),
+            "round_rows": [list(row) for row in self.round_rows],
+            "event_rows": [list(row) for row in self.event_rows],
+        })  # fmt: skip
+
+    def _restore(self) -> None:
+        """Continue from the journal: every job from its checkpoint (``runtime.gavel.journal``)."""
+        assert self.journal is not None
+        state = self.journal.read()
+        if state.get("scenario") != self.scenario.name or set(state["known"]) != set(self.known_step):
+            raise InputError(str(self.journal.path), "--resume: the journal is of another scenario")
+        self.known_step.update({k: int(v) for k, v in state["known"].items()})
+        self.saved_step.update({k: int(v) for k, v in state["saved"].items()})
+        self.completion.update(state["completion"])
+        self.first_start.update(state["first_start"])
+        self.tries.update(state["tries"])
+        self.failed.update(state["failed"])
+        self._last_failure.update(state["last_failure"])
+        self.admitted.update(int(x) for x in state["admitted"])
+        self.round_rows = [list(row) for row in state["round_rows"]]
+        self.event_rows = [tuple(row) for row in state["event_rows"]]
+        self.rounds_done = int(state["rounds"])
+        self.resumed_at = float(state["now"])
+        for job_id in sorted(self.known_step):
+            self._take_back(job_id, self.known_step[job_id] - self.saved_step[job_id], self.resumed_at)
+        self.event_rows.append((self.resumed_at, "resumed", -1, f"from round {self.rounds_done}"))
 
     def _tables(self) -> dict[str, pd.DataFrame]:
         scale = self.scenario.real.time_scale if self.scenario.real else 1.0
@@ -435,10 +500,36 @@ class RealGavel:
         return {"jobs": jobs, "rounds": rounds, "events": events}
 
 
+def _merged(parts: list[dict]) -> dict:
+    """One job's outcome from the agents of its servers: failed when any part failed."""
+    failed = [part for part in parts if part["report"] is None]
+    outcome = failed[0] if failed else parts[0]
+    return {**outcome, "elapsed_s": max(float(part["elapsed_s"]) for part in parts)}
+
+
+def _failure(outcome: dict) -> str:
+    """Why a lease ended without a report, in a line: the exit status and the job's last words."""
+    if outcome.get("killed"):
+        return "killed at the round's deadline without a report"
+    text = f"exit {outcome.get('exit')}"
+    if outcome.get("error"):
+        text += f": {outcome['error']}"
+    return text
+
+
 def run(
-    scenario: Scenario, progress=None, workdir: Path | None = None, snapshot_dir: Path | None = None
+    scenario: Scenario,
+    progress=None,
+    workdir: Path | None = None,
+    snapshot_dir: Path | None = None,
+    *,
+    resume: bool = False,
 ) -> RunResult:
+    """Run ``scenario`` for real. Checkpoints and job logs live in ``workdir`` (default: ``work/`` in
+    ``snapshot_dir``, where a resumed run finds them; else a temporary folder)."""
     import tempfile
 
+    if workdir is None and snapshot_dir is not None:
+        return RealGavel(scenario, snapshot_dir / "work", progress, snapshot_dir, resume=resume).run()
     with tempfile.TemporaryDirectory(prefix="clustertwin-real-") as tmp:
-        return RealGavel(scenario, workdir or Path(tmp), progress, snapshot_dir).run()
+        return RealGavel(scenario, workdir or Path(tmp), progress, snapshot_dir, resume=resume).run()
