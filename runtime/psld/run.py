@@ -148,6 +148,18 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
             )
     if scenario.block_bytes < 8:
         raise InputError(f"{src}: field block_mb", "a real block holds at least one 8-byte element")
+    if scenario.real.model:
+        try:
+            units, itemsize = real_tensors(scenario)
+        except InputError as exc:
+            raise InputError(f"{src}: field {exc.where}", exc.message) from exc
+        blocks = sum(max(1, math.ceil(t.nbytes * itemsize / scenario.block_bytes)) for t in units)
+        if c.servers > blocks:
+            raise InputError(
+                f"{src}: field cluster.servers",
+                f"{scenario.real.model} has {blocks} blocks at block_mb={scenario.block_mb}: a PS would hold"
+                " nothing; lower cluster.servers or block_mb",
+            )
 
 
 def throttles(scenario: PSLDScenario) -> dict[int, float]:
@@ -167,12 +179,14 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
 
     check_real(scenario)
     model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
-    # layouts are computed in 8-byte units so every block is a whole number of float64 elements
-    units = [Tensor(t.name, math.ceil(t.nbytes / 8), t.layer) for t in model.tensors]
-    unit_block = scenario.block_bytes // 8
+    units, itemsize = real_tensors(scenario)
+    unit_block = max(1, scenario.block_bytes // itemsize)
     blocks, owners = initial_layout(scenario, units, unit_block)
-    starts = np.concatenate([[0], np.cumsum([t.nbytes for t in units])]) * 8
-    flat = tuple(Block(b.id, b.tensor, int(starts[b.tensor]) + 8 * b.offset, 8 * b.nbytes) for b in blocks)
+    starts = np.concatenate([[0], np.cumsum([t.nbytes for t in units])]) * itemsize
+    flat = tuple(
+        Block(b.id, b.tensor, int(starts[b.tensor]) + itemsize * b.offset, itemsize * b.nbytes)
+        for b in blocks
+    )
     adaptive = scenario.placement.adaptive
     return Job(
         servers=scenario.cluster.servers,
@@ -192,7 +206,26 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
         device=scenario.real.device,
         gradient=scenario.real.gradient,
         batch=model.batch_size,
+        lr=scenario.real.lr / scenario.cluster.workers if scenario.real.model else 0.05,
+        model=scenario.real.model,
+        data=scenario.real.data,
+        model_seed=scenario.seed,
     )
+
+
+def real_tensors(scenario: PSLDScenario) -> tuple[list[Tensor], int]:
+    """The tensors a real run moves, in units of one element, and the element's bytes: the real
+    network's parameters (float32) when ``real.model`` is set, else the scenario model's fp32 tensors
+    held as ceil(bytes / 8) float64 elements. Layouts are computed in these units, so every block is a
+    whole number of elements."""
+    if scenario.real.model:
+        from clustertwin.runtime.models.trainer import Trainer
+
+        model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
+        net = Trainer(scenario.real.model, scenario.real.data, scenario.seed, model.batch_size, 1)
+        return [Tensor(name, n, i) for i, (name, n) in enumerate(net.tensors())], 4
+    model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
+    return [Tensor(t.name, math.ceil(t.nbytes / 8), t.layer) for t in model.tensors], 8
 
 
 def _rates(scenario: PSLDScenario, what: str) -> dict[int, float] | None:
@@ -218,7 +251,7 @@ def _main(rank: int, runs: list[tuple[Any, float]]) -> None:
 
             w = rank - first.ps_ranks
             ps.deterministic_cuda()
-            ps.compute_gradient(ps.initial_params(first.numel), w, 0, first, ps.worker_device(first, w))
+            ps.compute_gradient(ps.start_params(first), w, 0, first, ps.worker_device(first, w))
         for index, (main, duration_s) in enumerate(runs):
             report((index, rank, *_run_one(rank, main, duration_s)))
             dist.barrier()
@@ -253,12 +286,14 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
     else:
         compute: list[float] = []
         raw: list = []
-        params, samples = ps.run_worker(rank, job, marks, compute, raw)
+        losses: list[float] = []
+        params, samples = ps.run_worker(rank, job, marks, compute, raw, losses)
         payload = (
             params.numpy().tobytes(),
             [(s.server, s.nbytes, s.seconds) for s in samples],
             compute,
             [(s.server, s.nbytes, s.seconds) for s in raw],
+            losses,
         )
     end = time.monotonic()
     return origin, marks, end, payload, len(marks), per
@@ -362,8 +397,20 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
         "update_bytes": [st.update_bytes for st in servers],
         "update_s": [st.update_s for st in servers],
         "pauses": pauses,
+        "loss": [list(out[S + w][3][4]) for w in range(W)],
     }
     return tables, {**extra, "measured": measured}
+
+
+def _loss_info(losses: list[list[float]]) -> dict[str, float]:
+    """A real model's training loss (mean over workers) over the run's first and last three iterations,
+    and its per-iteration series; empty for the stand-ins, which have no loss."""
+    n = min((len(x) for x in losses), default=0)
+    if n == 0:
+        return {}
+    per = np.mean([x[:n] for x in losses], axis=0)
+    m = min(3, n)
+    return {"loss_first": float(per[:m].mean()), "loss_last": float(per[-m:].mean())}
 
 
 def _loads(version: int, t: float, owners, sizes: np.ndarray, servers: int) -> list[tuple]:
@@ -430,7 +477,9 @@ def run_real_many(
         info: dict[str, Any] = {
             "backend": "real",
             "device": job.device,
-            "gradient": job.gradient,
+            "gradient": "model" if job.model else job.gradient,
+            "real_model": job.model,
+            **_loss_info(measured["loss"]),
             "policy": scenario.policy,
             "mode": scenario.mode,
             "model": scenario.model,
