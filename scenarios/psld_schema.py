@@ -98,6 +98,9 @@ class PSLDParams(_Strict):
     strict_superior: bool = False
     order: Literal["descending", "given"] = "descending"
     recheck: bool = True  # ours: rerun Algs. 1 and 3 below the threshold too, apply only a clear gain
+    # ours (policies.psld.stability): significant applies a new map only when its gain clears the
+    # profiles' uncertainty over workers and over reporting periods; point compares the means only
+    gain_test: Literal["significant", "point"] = "significant"
 
 
 class Straggler(_Strict):

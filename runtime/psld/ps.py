@@ -84,6 +84,13 @@ class Job:
     model: str | None = None
     data: str | None = None
     model_seed: int = 0
+    # step changes after the start, (time_s, server, what, value, rate): at the first iteration boundary
+    # at least time_s into the run, PS server's NIC cap (what "bandwidth") or summing pace ("cpu")
+    # becomes rate bytes/s (None: no cap, the PS's own speed); value is the scenario's (Gbit/s, cores)
+    changes: tuple[tuple[float, int, str, float, float | None], ...] = ()
+    # DEL_SERVER (time_s, server): at the first PREPARE at least time_s into the run, the scheduler
+    # redistributes the PS's blocks over the others (Algorithm 3); the process stays, idle, in the group
+    removals: tuple[tuple[float, int], ...] = ()
 
     @property
     def itemsize(self) -> int:
@@ -225,6 +232,9 @@ class Control:
         self.decisions: list[tuple[int, str]] = []
         # Every decision with the profile it was made on: (k, wall clock, decision, {server: profile}).
         self.records: list[tuple] = []
+        # DEL_SERVER as it happened: (wall clock, server, whether it could be removed)
+        self.removed: list[tuple[float, int, bool]] = []
+        self.removals = sorted(job.removals)
         self.sched = None
         if job.report_every > 0:
             sizes = [b.nbytes for b in job.blocks]
@@ -238,6 +248,18 @@ class Control:
 
     def plan(self, k: int, samples: list[Sample]) -> tuple[int, ...] | None:
         new = self.job.plans.get(k)
+        if (
+            self.sched is not None
+            and self.removals
+            and self.removals[0][0] <= time.monotonic() - self.started
+        ):
+            if samples:  # the period's samples still count; the DEL_SERVER replaces this period's decision
+                self.sched.observe(samples)
+                samples = []
+            removal = self._remove(k)
+            if removal is not None:
+                self.owners = removal
+                return removal
         if self.sched is not None and samples:
             self.sched.observe(samples)
             decision = self.sched.decide(k // self.job.report_every, self.owners, self.rng)
@@ -253,6 +275,20 @@ class Control:
         if new is not None:
             self.owners = tuple(new)
         return new
+
+    def _remove(self, k: int) -> tuple[int, ...] | None:
+        """The map of the DEL_SERVER that is due (the simulator's rule: a PS that is not active, or the
+        last one, is not removed, and that is logged too), or None."""
+        _, server = self.removals.pop(0)
+        assert self.sched is not None
+        usable = server in self.sched.active and len(self.sched.active) > 1
+        self.removed.append((time.monotonic(), server, usable))
+        if not usable:
+            return None
+        decision = self.sched.remove_server(server, self.rng)
+        self.records.append((k, time.monotonic(), decision, {}))
+        self.decisions.append((k, decision.action))
+        return decision.owners
 
 
 Marks = list[tuple[int, float, float]]  # (k, arrived at PREPARE k, released), time.monotonic()
@@ -314,10 +350,16 @@ class ServerStats:
     update_bytes: float = 0.0
     update_s: float = 0.0
     migration_s: list[tuple[int, float]] = field(default_factory=list)
+    # step changes as applied: (wall clock, what, the scenario's value)
+    changes: list[tuple[float, str, float]] = field(default_factory=list)
 
 
 def run_server(
-    rank: int, job: Job, marks: Marks | None = None, stats: ServerStats | None = None
+    rank: int,
+    job: Job,
+    marks: Marks | None = None,
+    stats: ServerStats | None = None,
+    origin: float | None = None,
 ) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], Control | None]:
     """Serve until the last iteration; returns the blocks (params, momentum) held at the end and, on
     rank 0, the scheduler's record.
@@ -336,10 +378,14 @@ def run_server(
     After the iteration's last pull the PS sends every worker a timing report (tag ``job.report_tag``):
     per block it served, in block order, ``held_s`` of that worker's copy (see there), on this process's
     clock; the worker subtracts it from its own round trip (``shaped``)."""
+    started = time.monotonic() if origin is None else origin
     control = Control(job) if rank == 0 else None
+    if control is not None:
+        control.started = started
     nic = (job.throttle or {}).get(rank)
     ingress, egress = Link(nic), Link(nic)
     cpu = TokenBucket((job.cpu_throttle or {}).get(rank))
+    steps = [(t, what, value, rate) for t, r, what, value, rate in sorted(job.changes) if r == rank]
     params0 = start_params(job)
     owners = list(job.owners)
     held = {
@@ -367,6 +413,11 @@ def run_server(
                 break
             if job.kill_at == (rank, k):  # a PS lost mid-run: no cleanup, no goodbye to its peers
                 os.kill(os.getpid(), signal.SIGKILL)
+            while steps and steps[0][0] <= time.monotonic() - started:
+                _, what, value, rate = steps.pop(0)
+                _step(what, rate, ingress, egress, cpu)
+                if stats is not None:
+                    stats.changes.append((time.monotonic(), what, value))
             if new is not None:
                 released = time.perf_counter()
                 if job.mode == "vanilla":
@@ -437,6 +488,16 @@ def run_server(
             for work in works:
                 work.wait()
     return held, control
+
+
+def _step(what: str, rate: float | None, ingress: Link, egress: Link, cpu: TokenBucket) -> None:
+    """Apply a step change at an iteration boundary (no block is in flight there): the emulated NIC's
+    two directions, or the CPU straggler's summing pace, get the new rate (None: no cap)."""
+    if what == "bandwidth":
+        ingress.rate = egress.rate = rate
+    else:
+        cpu.rate = rate
+        cpu.tokens, cpu.last = cpu.burst, time.monotonic()
 
 
 def held_s(first: float, start: float, carried: float, head: float, ready: float) -> float:

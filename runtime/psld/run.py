@@ -85,7 +85,12 @@ from clustertwin.policies.psld.migration import migrations
 from clustertwin.policies.psld.profiling import Sample
 from clustertwin.scenarios.psld_results import frame
 from clustertwin.scenarios.psld_schema import PSLDScenario
-from clustertwin.scenarios.psld_setup import POLICY_STREAM, initial_layout, scheduler_config
+from clustertwin.scenarios.psld_setup import (
+    POLICY_STREAM,
+    initial_layout,
+    scheduler_config,
+    straggler_timeline,
+)
 from clustertwin.scenarios.results import RunResult
 from clustertwin.traces.psld_models import psld_model
 
@@ -113,31 +118,6 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
             f" processes on {cores} cores (at most {2 * cores} workers and {4 * cores} processes) would"
             " measure the machine, not the algorithm; lower cluster.workers or cluster.servers",
         )
-    if scenario.removals:
-        raise InputError(f"{src}: field removals", "the real runtime has no DEL_SERVER; remove the removals")
-    if scenario.regimes is not None:
-        raise InputError(
-            f"{src}: field regimes",
-            "the real runtime's throttles are fixed for a whole run; regime switching cannot run for real",
-        )
-    seen: set[int] = set()
-    for i, s in enumerate(scenario.stragglers):
-        if s.start_s > 0:
-            raise InputError(
-                f"{src}: field stragglers[{i}].start_s",
-                "a real straggler is throttled from the start (start_s: 0); a later step change cannot run",
-            )
-        if s.end_s is not None:
-            raise InputError(
-                f"{src}: field stragglers[{i}].end_s",
-                "a real straggler stays throttled for the whole run (end_s: null); recovery cannot run",
-            )
-        if s.server in seen:
-            raise InputError(
-                f"{src}: field stragglers[{i}].server",
-                f"PS {s.server} has two stragglers; the real runtime has one throttle per PS",
-            )
-        seen.add(s.server)
     if scenario.real.device == "cuda":
         import torch
 
@@ -163,9 +143,12 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
 
 
 def throttles(scenario: PSLDScenario) -> dict[int, float]:
-    """PS -> throttle rate in bytes/s for the scenario's stragglers (NIC cap or summing rate)."""
+    """PS -> throttle rate in bytes/s from the start, for the stragglers of ``start_s: 0`` (NIC cap or
+    summing rate)."""
     out = {}
     for s in scenario.stragglers:
+        if s.start_s > 0:
+            continue
         if s.what == "bandwidth":
             out[s.server] = s.value * GBIT
         else:
@@ -210,6 +193,8 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
         model=scenario.real.model,
         data=scenario.real.data,
         model_seed=scenario.seed,
+        changes=step_changes(scenario),
+        removals=tuple((r.time_s, r.server) for r in scenario.removals),
     )
 
 
@@ -230,8 +215,30 @@ def real_tensors(scenario: PSLDScenario) -> tuple[list[Tensor], int]:
 
 def _rates(scenario: PSLDScenario, what: str) -> dict[int, float] | None:
     rates = throttles(scenario)
-    chosen = {s.server: rates[s.server] for s in scenario.stragglers if s.what == what}
+    chosen = {s.server: rates[s.server] for s in scenario.stragglers if s.what == what and s.start_s == 0}
     return chosen or None
+
+
+def step_changes(scenario: PSLDScenario) -> tuple[tuple[float, int, str, float, float | None], ...]:
+    """The straggler timeline after the start (``scenarios.psld_setup.straggler_timeline``: the
+    simulator's, regime switches included) as the runtime's (time_s, server, what, value, rate): a
+    bandwidth value caps the PS's emulated NIC at that many Gbit/s, a cpu value paces its summing at the
+    simulator's rate for that many cores, and the cluster's own value (``server_gbps``,
+    ``server_cores``: a straggler's end) lifts the cap."""
+    c = scenario.cluster
+    normal = {"bandwidth": c.server_gbps, "cpu": c.server_cores}
+    per = {"bandwidth": GBIT, "cpu": scenario.costs.sum_gbytes_per_core_s * 1e9}
+    return tuple(
+        (
+            ch.time_s,
+            ch.server,
+            ch.what,
+            ch.value,
+            None if ch.value == normal[ch.what] else ch.value * per[ch.what],
+        )
+        for ch in straggler_timeline(scenario)
+        if ch.time_s > 0
+    )
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -280,8 +287,8 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
     origin = time.monotonic()
     if rank < job.ps_ranks:
         stats = ps.ServerStats()
-        held, control = ps.run_server(rank, job, marks, stats)
-        records = control.records if control is not None else []
+        held, control = ps.run_server(rank, job, marks, stats, origin)
+        records = (control.records, control.removed) if control is not None else ([], [])
         payload: tuple = (sorted(held), records, stats)
     else:
         compute: list[float] = []
@@ -333,7 +340,7 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
         for k, a, r in marks:
             arrive[rank, k], release[rank, k] = a - origin, r - origin
         arrive[rank, iters] = end - origin
-    records = out[0][3][1]
+    records, removed = out[0][3][1]
     changes_at = {rec[0]: rec for rec in records if rec[2].action != "none"}
     # after each PREPARE that reassigned: the slowest PS's release -> RESUME (its vanilla migration and
     # the wait for the others'), the part of the pause after the PREPARE barrier
@@ -375,11 +382,18 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
         end = float(np.max(arrive[S:, k + 1]))
         it_rows.append((k, start, end, version, len(set(owners))))
     for k, t, d, profile in records:
+        if d.action == "remove":
+            continue
         for r, (alpha, beta, pred) in profile.items():
             rep_rows.append(
                 (k // job.report_every - 1, t - origin, r, alpha, beta, pred, r in d.superior, d.variation)
             )
-    ch_rows = [(0.0, s.server, s.what, float(s.value)) for s in scenario.stragglers]
+    ch_rows = [(0.0, s.server, s.what, float(s.value)) for s in scenario.stragglers if s.start_s == 0]
+    ch_rows += [
+        (t - origin, r, what, float(value)) for r in range(S) for t, what, value in out[r][3][2].changes
+    ]
+    ch_rows += [(t - origin, r, "remove", 1.0 if usable else 0.0) for t, r, usable in removed]
+    ch_rows.sort(key=lambda row: row[0])
     tables = {
         "iterations": frame(it_rows, "iterations"),
         "reassignments": frame(re_rows, "reassignments"),

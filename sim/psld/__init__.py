@@ -22,35 +22,13 @@ from clustertwin.scenarios.psld_schema import PSLDScenario
 from clustertwin.scenarios.psld_setup import (
     NOISE_STREAM,
     POLICY_STREAM,
-    REGIME_STREAM,
     initial_layout,
     scheduler_config,
+    straggler_timeline,
 )
 from clustertwin.scenarios.results import RunResult
-from clustertwin.sim.psld.engine import Change, Engine, EngineConfig
+from clustertwin.sim.psld.engine import Engine, EngineConfig
 from clustertwin.traces.psld_models import psld_model
-
-
-def straggler_timeline(scenario: PSLDScenario) -> list[Change]:
-    """Step changes (stragglers with recovery, then Markov regime switches), in time order."""
-    c = scenario.cluster
-    default = {"bandwidth": c.server_gbps, "cpu": c.server_cores}
-    out: list[Change] = []
-    for s in scenario.stragglers:
-        out.append(Change(s.start_s, s.server, s.what, s.value))
-        if s.end_s is not None:
-            out.append(Change(s.end_s, s.server, s.what, default[s.what]))
-    reg = scenario.regimes
-    if reg is not None:
-        rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, REGIME_STREAM]))
-        for server in reg.servers or range(c.servers + c.standby):
-            t = 0.0
-            while True:
-                t += float(rng.exponential(reg.mean_dwell_s))
-                if t >= scenario.duration_s:
-                    break
-                out.append(Change(t, server, reg.what, float(reg.levels[int(rng.integers(len(reg.levels)))])))
-    return sorted(out, key=lambda ch: ch.time_s)
 
 
 def run(
