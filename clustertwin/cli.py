@@ -426,6 +426,11 @@ def _profile(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from clustertwin.policies.registry import families
 
+    try:  # the real runs' models register themselves; they need torch (the optional runtime extra)
+        import clustertwin.runtime.models.registry  # noqa: F401
+    except ImportError:
+        pass
+
     listed = {
         "kinds": [
             {

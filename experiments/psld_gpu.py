@@ -92,10 +92,19 @@ RUNS = ("profiling", *POLICIES)  # the real runs of one launch, in order
 SEEDS = 8  # simulations per policy for the seeded range (``seed_spread``)
 
 
+# Every run records the scheduler's gain test: records written before the test existed ran the point test
+# (``policies.psld.stability``), and ``recorded_overrides`` gives them that one.
+GAIN_TEST = "psld.gain_test=significant"
+
+
 def recorded_overrides(overrides: list[str]) -> list[str]:
     """A saved record's overrides in today's field names: records written while the real-run section was
-    called ``runtime:`` (it is ``real:`` for every kind now) name its fields ``runtime.<field>``."""
-    return [f"real.{o.removeprefix('runtime.')}" if o.startswith("runtime.") else o for o in overrides]
+    called ``runtime:`` (it is ``real:`` for every kind now) name its fields ``runtime.<field>``, and
+    records without ``psld.gain_test`` ran the point test."""
+    out = [f"real.{o.removeprefix('runtime.')}" if o.startswith("runtime.") else o for o in overrides]
+    if not any(o.startswith("psld.gain_test=") for o in out):
+        out.append("psld.gain_test=point")
+    return out
 
 
 def run_overrides(run: str, base: list[str], profile_s: float, run_s: float, warmup_s: float) -> list[str]:
@@ -547,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     profile_s, run_s, warmup_s, extra = SIZES[size]
-    base = [*extra, f"real.device={args.device}"]
+    base = [*extra, f"real.device={args.device}", GAIN_TEST]
     t0 = time.perf_counter()
     done = real_vs_sim(SCENARIO, base, profile_s, run_s, warmup_s, seeds=args.seeds)
     done["results"]["size"] = size

@@ -52,6 +52,7 @@ if str(ROOT) not in sys.path:  # python experiments/psld_stragglers_gpu.py from 
     sys.path.insert(0, str(ROOT))
 
 from experiments.psld_gpu import (  # noqa: E402
+    GAIN_TEST,
     SCENARIO,
     _rate,
     recorded_overrides,
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     size = "tiny" if args.tiny else "full"
     profile_s, run_s, warmup_s, extra, ks = SIZES[size]
     ks = tuple(sorted(set(args.k))) if args.k else ks
-    base = [*extra, f"real.device={args.device}"]
+    base = [*extra, f"real.device={args.device}", GAIN_TEST]
     try:
         runs = plan(base, ks, profile_s, run_s, warmup_s)
     except ValueError as e:

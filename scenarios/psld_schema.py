@@ -8,6 +8,7 @@ per-message and CPU costs and the reassignment-time model are ours.
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
 from clustertwin.policies.psld.policies import PLACEMENT, Placement, placement
@@ -63,6 +64,21 @@ class PSLDReal(_Strict):
     # toy: a closed-form elementwise gradient; linear: the gradient of a linear layer whose weights are the
     # model's parameters, over a synthetic minibatch of batch_size samples (real matmul work for a GPU)
     gradient: Literal["toy", "linear"] = "toy"
+    # a real network instead of the gradient stand-ins: a built-in of runtime.models (mlr, resnet_small,
+    # vgg_small, lstm_small) or a user's ``module:function`` returning a torch.nn.Module; its float32
+    # tensors are the blocks (cut at block_mb). The simulator then simulates these tensors too.
+    model: str | None = None
+    # its data set: images | features | tokens (synthetic) or ``module:function`` giving (x, y) from
+    # (seed, examples); None: the built-in model's own
+    data: str | None = None
+    lr: PositiveFloat = 0.1  # SGD step on the workers' mean gradient (momentum 0.9), real.model only
+
+    @field_validator("model", "data")
+    @classmethod
+    def _entry(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?", value):
+            raise ValueError(f"{value!r} is neither a name nor module:function")
+        return value
 
 
 class PSLDParams(_Strict):
@@ -82,6 +98,9 @@ class PSLDParams(_Strict):
     strict_superior: bool = False
     order: Literal["descending", "given"] = "descending"
     recheck: bool = True  # ours: rerun Algs. 1 and 3 below the threshold too, apply only a clear gain
+    # ours (policies.psld.stability): significant applies a new map only when its gain clears the
+    # profiles' uncertainty over workers and over reporting periods; point compares the means only
+    gain_test: Literal["significant", "point"] = "significant"
 
 
 class Straggler(_Strict):

@@ -4,6 +4,7 @@ configuration, from the scenario's placement policy and the random streams both 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from clustertwin.policies.psld.blocks import Tensor
@@ -45,4 +46,38 @@ def scheduler_config(scenario: PSLDScenario) -> SchedulerConfig:
         strict_superior=p.strict_superior,
         order=p.order,
         recheck=p.recheck,
+        gain_test=p.gain_test,
     )
+
+
+@dataclass(frozen=True)
+class Change:
+    """A step change of PS ``server``'s NIC bandwidth (Gbit/s) or effective CPU cores at ``time_s``."""
+
+    time_s: float
+    server: int
+    what: str  # bandwidth | cpu
+    value: float
+
+
+def straggler_timeline(scenario: PSLDScenario) -> list[Change]:
+    """Step changes (stragglers with recovery, then Markov regime switches), in time order: the same
+    timeline drives the simulator's links and CPUs and the real runtime's throttles."""
+    c = scenario.cluster
+    default = {"bandwidth": c.server_gbps, "cpu": c.server_cores}
+    out: list[Change] = []
+    for s in scenario.stragglers:
+        out.append(Change(s.start_s, s.server, s.what, s.value))
+        if s.end_s is not None:
+            out.append(Change(s.end_s, s.server, s.what, default[s.what]))
+    reg = scenario.regimes
+    if reg is not None:
+        rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, REGIME_STREAM]))
+        for server in reg.servers or range(c.servers + c.standby):
+            t = 0.0
+            while True:
+                t += float(rng.exponential(reg.mean_dwell_s))
+                if t >= scenario.duration_s:
+                    break
+                out.append(Change(t, server, reg.what, float(reg.levels[int(rng.integers(len(reg.levels)))])))
+    return sorted(out, key=lambda ch: ch.time_s)

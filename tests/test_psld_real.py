@@ -83,16 +83,14 @@ def test_job_uses_the_model_tensors_and_the_simulators_layouts() -> None:
 @pytest.mark.parametrize(
     ("override", "field"),
     [
-        ("removals=[{time_s: 1.0, server: 0}]", "removals"),
-        ("regimes={levels: [1.0]}", "regimes"),
-        ("stragglers=[{server: 1, start_s: 2.0}]", "stragglers[0].start_s"),
-        ("stragglers=[{server: 1, end_s: 2.0}]", "stragglers[0].end_s"),
-        ("stragglers=[{server: 1}, {server: 1, what: cpu}]", "stragglers[1].server"),
+        ("real.model=no_such_net", "real.model"),
+        ("real.model=no_such_module:build", "real.model"),
+        ("real.model=mlr;cluster.servers=3", "cluster.servers"),  # MLR's 2 tensors: 2 blocks for 3 PSs
         ("cluster.workers=9", "cluster"),
     ],
 )
 def test_what_cannot_run_for_real_is_refused(override: str, field: str) -> None:
-    scenario = load_scenario(SCENARIO, [override])
+    scenario = load_scenario(SCENARIO, override.split(";"))
     with pytest.raises(InputError) as err:
         check_real(scenario, cores=2)
     assert err.value.where.endswith(f"field {field}")

@@ -41,3 +41,14 @@ def test_a_changed_config_diverges_and_substitutes_samples(capsys) -> None:
         config_with(RUN, ["no_such_field=1"])
     assert main(["--from", str(RUN), "--set", "min_gain=0"]) == 0
     assert '"diverged_at_k"' in capsys.readouterr().out
+
+
+def test_the_significance_test_stops_the_runs_churn() -> None:
+    # The run reassigned 12 times under the point test; on its own samples the significance test
+    # (policies.psld.stability) applies the first, clear move off the throttled PS and then holds.
+    result = replay(RUN, config=config_with(RUN, ["gain_test=significant"]))
+    moves = [r for r in result.reports if r.action != "none"]
+    recorded = pd.read_parquet(RUN / "real_psld_reassignments.parquet")
+    assert len(recorded) == 12 and 1 <= len(moves) <= 2
+    assert moves[0].k == recorded.iteration.iloc[0]  # the run's own first decision, on the same samples
+    assert all(2 not in r.superior for r in result.reports)

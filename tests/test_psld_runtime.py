@@ -38,7 +38,9 @@ def test_reassignment_keeps_parameters_identical() -> None:
     # closed loop: PSLD's scheduler on rank 0 sees PS 1 throttled to 2 MB/s and moves its blocks away
     closed = Job(
         2, 4, numel, blocks, owners, 8, "vanilla", {}, throttle={1: 2e6}, report_every=2,
-        scheduler=SchedulerConfig(epsilon=0.0, cooldown_reports=0),
+        # the point test: this checks the runtime's loop, and on a loaded host the unthrottled PS's
+        # profile can be too noisy for the significance test to move anything in 3 reports
+        scheduler=SchedulerConfig(epsilon=0.0, cooldown_reports=0, gain_test="point"),
     )  # fmt: skip
     results = run_jobs([*jobs, closed])
     expected = reference(jobs[0]).numpy().tobytes()

@@ -3,6 +3,7 @@ exploitation-exploration, elastic PS scaling), simulated and run on a real gloo 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,20 @@ def _run_real(scenario: PSLDScenario, progress: Progress | None, snapshot_dir: P
     return run_real(scenario, None, progress)
 
 
+def _simulate(scenario: PSLDScenario, progress: Progress | None) -> RunResult:
+    """Simulate the scenario; with ``real.model`` set, the simulated blocks are that network's tensors
+    (built with torch here, above both executors, so the simulator never imports the runtime)."""
+    from clustertwin.sim.psld import run
+
+    tensors = None
+    if scenario.real.model:
+        from clustertwin.runtime.psld.run import real_tensors
+
+        units, itemsize = real_tensors(scenario)
+        tensors = [replace(t, nbytes=t.nbytes * itemsize) for t in units]
+    return run(scenario, progress, tensors=tensors)
+
+
 def _reproduce(name: str, quick: bool, *, out: Path, workers: int | None) -> int:
     from clustertwin.reproduce_psld import reproduce
 
@@ -31,7 +46,7 @@ SPEC = KindSpec(
     schema=PSLDScenario,
     check_tables=lazy("clustertwin.scenarios.psld_results:check_psld_tables"),
     metrics=result_metrics("clustertwin.analysis.psld_metrics:psld_metrics"),
-    simulate=lazy("clustertwin.sim.psld:run"),
+    simulate=_simulate,
     plot=lazy("clustertwin.analysis.run_plots:plot_psld_run"),
     comparison=metric_comparison("iterations_per_s"),
     run_real=_run_real,

@@ -6,8 +6,11 @@ reports (a PS that gets no blocks keeps its stale profile: that is why PSLD with
 a recovery, Fig. 18), refits Pred(r, s), computes the speed variation and, above the straggler threshold
 (1) and outside the cooldown, runs Algorithm 1 (superior set, possibly scale-out) and Algorithm 3
 (epsilon-greedy) or, for the strawman, the proportional split. A new assignment is applied only when it
-is predicted to shorten the slowest PS's time by ``min_gain`` (ours: the paper recomputes from scratch and
-says nothing about churn; without this guard a random exploration draw would reshuffle blocks for no gain).
+is predicted to shorten the slowest PS's time by ``min_gain``, confidently: the current map at its PSs'
+lower bounds against the new one at their upper bounds, with each PS's uncertainty taken over workers and
+over reporting periods (``gain_test: significant``, ``policies.psld.stability``; ours: the paper
+recomputes from scratch and says nothing about churn; without this guard a random exploration draw, or
+the period-to-period noise of fast PSs' profiles, would reshuffle blocks for no gain).
 
 ``recheck`` (ours, on by default): below the threshold the scheduler still reruns Algorithms 1 and 3 once
 per cooldown and applies the result under the same ``min_gain`` test. Fig. 18 shows PSLD reassigning
@@ -30,6 +33,7 @@ from clustertwin.policies.psld.baselines import strawman_owners
 from clustertwin.policies.psld.placement import eps_greedy, loads_of, predicted_makespan
 from clustertwin.policies.psld.profiling import Z_90, Sample, ServerModel, fit_model
 from clustertwin.policies.psld.scaling import needs_scale_out, new_server_model
+from clustertwin.policies.psld.stability import clear_gain
 from clustertwin.policies.psld.superior import superior_set
 from clustertwin.policies.psld.trigger import server_speeds, speed_variation
 
@@ -52,6 +56,9 @@ class SchedulerConfig:
     strict_superior: bool = False
     order: str = "descending"
     recheck: bool = True  # ours: below the threshold, still rerun Algs. 1 and 3 and apply a clear gain
+    # ours: "significant" applies a map only when its gain clears the predictions' uncertainty (over
+    # workers and over reporting periods, policies.psld.stability); "point" compares means only
+    gain_test: str = "significant"
 
 
 @dataclass(frozen=True)
@@ -141,10 +148,28 @@ class PSLDScheduler:
         new = self._assign(model, superior, rng)
         before = predicted_makespan(self.sizes, owners, model)
         after = predicted_makespan(self.sizes, new, model)
-        if action == "reassign" and after > before * (1.0 - self.config.min_gain):
+        if action == "reassign" and not self._worth_it(owners, new, model, before, after):
             return Decision("none", None, servers, superior, var, -1, before, after)
         self.last_change = report
         return Decision(action, tuple(new), tuple(self.active), superior, var, added, before, after)
+
+    def _worth_it(
+        self,
+        owners: Sequence[int],
+        new: Sequence[int],
+        model: dict[int, ServerModel],
+        before: float,
+        after: float,
+    ) -> bool:
+        """Whether the new map is applied: its gain passes the configured test."""
+        if self.config.gain_test == "point":
+            return after <= before * (1.0 - self.config.min_gain)
+        periods = {
+            r: [fit_model(report)[r] for report in self.history[r] if report]
+            for r in model
+            if r in self.history
+        }
+        return clear_gain(self.sizes, owners, new, model, periods, self.config.z, self.config.min_gain)
 
     def remove_server(self, server: int, rng: np.random.Generator) -> Decision:
         """DEL_SERVER: drop ``server`` and redistribute every block over the rest by Algorithm 3."""

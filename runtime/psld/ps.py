@@ -50,7 +50,7 @@ class Job:
 
     servers: int
     workers: int
-    numel: int  # float64 parameters
+    numel: int  # parameters (float64, or the model's float32 when ``model`` is set)
     blocks: tuple[Block, ...]  # byte ranges of the flat parameter vector (8 bytes per element)
     owners: tuple[int, ...]
     iterations: int
@@ -78,6 +78,28 @@ class Job:
     kill_at: tuple[int, int] | None = None
     # a straggling worker (tests): worker -> seconds it sleeps after its gradient, before its pushes
     push_delay: dict[int, float] | None = None
+    # a real network (``runtime.models``: a built-in name or ``module:function``) trained on the data
+    # set ``data`` (None: the model's own), built under ``model_seed``: the flat vector is its float32
+    # parameters and a worker's gradient is its minibatch's (``gradient`` is then ignored)
+    model: str | None = None
+    data: str | None = None
+    model_seed: int = 0
+    # step changes after the start, (time_s, server, what, value, rate): at the first iteration boundary
+    # at least time_s into the run, PS server's NIC cap (what "bandwidth") or summing pace ("cpu")
+    # becomes rate bytes/s (None: no cap, the PS's own speed); value is the scenario's (Gbit/s, cores)
+    changes: tuple[tuple[float, int, str, float, float | None], ...] = ()
+    # DEL_SERVER (time_s, server): at the first PREPARE at least time_s into the run, the scheduler
+    # redistributes the PS's blocks over the others (Algorithm 3); the process stays, idle, in the group
+    removals: tuple[tuple[float, int], ...] = ()
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per parameter on the wire: the model's float32, else the stand-ins' float64."""
+        return 4 if self.model else 8
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32 if self.model else torch.float64
 
     @property
     def report_tag(self) -> int:
@@ -91,12 +113,33 @@ class Job:
         return self.servers + self.standby
 
 
-def _slice(block: Block) -> slice:
-    return slice(block.offset // 8, (block.offset + block.nbytes) // 8)
+def _slice(block: Block, itemsize: int = 8) -> slice:
+    return slice(block.offset // itemsize, (block.offset + block.nbytes) // itemsize)
 
 
 def initial_params(numel: int) -> torch.Tensor:
     return torch.linspace(-1.0, 1.0, numel, dtype=torch.float64)
+
+
+def trainer(job: Job):
+    """This process's ``runtime.models.trainer.Trainer`` of the job's model (built once per process:
+    the network and its data set are the same for every job of a launch with the same model)."""
+    from clustertwin.runtime.models.trainer import Trainer
+
+    key = (job.model, job.data, job.model_seed, job.batch, job.workers)
+    if _TRAINERS.get("key") != key:
+        _TRAINERS.update(
+            key=key, trainer=Trainer(job.model or "", job.data, job.model_seed, job.batch, job.workers)
+        )
+    return _TRAINERS["trainer"]
+
+
+_TRAINERS: dict = {}
+
+
+def start_params(job: Job) -> torch.Tensor:
+    """The parameters every rank starts from: the model's initial ones, or the stand-ins' ramp."""
+    return trainer(job).initial() if job.model else initial_params(job.numel)
 
 
 def gradient(params: torch.Tensor, worker: int, k: int) -> torch.Tensor:
@@ -150,13 +193,25 @@ def deterministic_cuda() -> None:
 
 
 def compute_gradient(
-    params: torch.Tensor, worker: int, k: int, job: Job, device: torch.device
+    params: torch.Tensor,
+    worker: int,
+    k: int,
+    job: Job,
+    device: torch.device,
+    losses: list[float] | None = None,
 ) -> torch.Tensor:
     """Worker ``worker``'s gradient at step ``k`` on ``device``, returned on the host as a contiguous
     float64 vector (gloo moves host memory: a GPU worker copies its parameters in and its gradient out,
-    as a GPU worker of a CPU parameter server does)."""
+    as a GPU worker of a CPU parameter server does). A model's minibatch loss is appended to ``losses``."""
     p = params if device.type == "cpu" else params.to(device)
-    g = gradient(p, worker, k) if job.gradient == "toy" else linear_gradient(p, worker, k, job.batch)
+    if job.model:
+        g, loss = trainer(job).gradient(p, worker, k)
+        if losses is not None:
+            losses.append(loss)
+    elif job.gradient == "toy":
+        g = gradient(p, worker, k)
+    else:
+        g = linear_gradient(p, worker, k, job.batch)
     if device.type != "cpu":
         g = g.cpu()  # a blocking device-to-host copy: the GPU's work is done when it returns
     return g.contiguous()
@@ -177,6 +232,9 @@ class Control:
         self.decisions: list[tuple[int, str]] = []
         # Every decision with the profile it was made on: (k, wall clock, decision, {server: profile}).
         self.records: list[tuple] = []
+        # DEL_SERVER as it happened: (wall clock, server, whether it could be removed)
+        self.removed: list[tuple[float, int, bool]] = []
+        self.removals = sorted(job.removals)
         self.sched = None
         if job.report_every > 0:
             sizes = [b.nbytes for b in job.blocks]
@@ -190,6 +248,18 @@ class Control:
 
     def plan(self, k: int, samples: list[Sample]) -> tuple[int, ...] | None:
         new = self.job.plans.get(k)
+        if (
+            self.sched is not None
+            and self.removals
+            and self.removals[0][0] <= time.monotonic() - self.started
+        ):
+            if samples:  # the period's samples still count; the DEL_SERVER replaces this period's decision
+                self.sched.observe(samples)
+                samples = []
+            removal = self._remove(k)
+            if removal is not None:
+                self.owners = removal
+                return removal
         if self.sched is not None and samples:
             self.sched.observe(samples)
             decision = self.sched.decide(k // self.job.report_every, self.owners, self.rng)
@@ -205,6 +275,20 @@ class Control:
         if new is not None:
             self.owners = tuple(new)
         return new
+
+    def _remove(self, k: int) -> tuple[int, ...] | None:
+        """The map of the DEL_SERVER that is due (the simulator's rule: a PS that is not active, or the
+        last one, is not removed, and that is logged too), or None."""
+        _, server = self.removals.pop(0)
+        assert self.sched is not None
+        usable = server in self.sched.active and len(self.sched.active) > 1
+        self.removed.append((time.monotonic(), server, usable))
+        if not usable:
+            return None
+        decision = self.sched.remove_server(server, self.rng)
+        self.records.append((k, time.monotonic(), decision, {}))
+        self.decisions.append((k, decision.action))
+        return decision.owners
 
 
 Marks = list[tuple[int, float, float]]  # (k, arrived at PREPARE k, released), time.monotonic()
@@ -266,10 +350,16 @@ class ServerStats:
     update_bytes: float = 0.0
     update_s: float = 0.0
     migration_s: list[tuple[int, float]] = field(default_factory=list)
+    # step changes as applied: (wall clock, what, the scenario's value)
+    changes: list[tuple[float, str, float]] = field(default_factory=list)
 
 
 def run_server(
-    rank: int, job: Job, marks: Marks | None = None, stats: ServerStats | None = None
+    rank: int,
+    job: Job,
+    marks: Marks | None = None,
+    stats: ServerStats | None = None,
+    origin: float | None = None,
 ) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], Control | None]:
     """Serve until the last iteration; returns the blocks (params, momentum) held at the end and, on
     rank 0, the scheduler's record.
@@ -288,14 +378,21 @@ def run_server(
     After the iteration's last pull the PS sends every worker a timing report (tag ``job.report_tag``):
     per block it served, in block order, ``held_s`` of that worker's copy (see there), on this process's
     clock; the worker subtracts it from its own round trip (``shaped``)."""
+    started = time.monotonic() if origin is None else origin
     control = Control(job) if rank == 0 else None
+    if control is not None:
+        control.started = started
     nic = (job.throttle or {}).get(rank)
     ingress, egress = Link(nic), Link(nic)
     cpu = TokenBucket((job.cpu_throttle or {}).get(rank))
-    params0 = initial_params(job.numel)
+    steps = [(t, what, value, rate) for t, r, what, value, rate in sorted(job.changes) if r == rank]
+    params0 = start_params(job)
     owners = list(job.owners)
     held = {
-        b.id: (params0[_slice(b)].clone(), torch.zeros(b.nbytes // 8, dtype=torch.float64))
+        b.id: (
+            params0[_slice(b, job.itemsize)].clone(),
+            torch.zeros(b.nbytes // job.itemsize, dtype=job.dtype),
+        )
         for b in job.blocks
         if owners[b.id] == rank
     }
@@ -316,6 +413,11 @@ def run_server(
                 break
             if job.kill_at == (rank, k):  # a PS lost mid-run: no cleanup, no goodbye to its peers
                 os.kill(os.getpid(), signal.SIGKILL)
+            while steps and steps[0][0] <= time.monotonic() - started:
+                _, what, value, rate = steps.pop(0)
+                _step(what, rate, ingress, egress, cpu)
+                if stats is not None:
+                    stats.changes.append((time.monotonic(), what, value))
             if new is not None:
                 released = time.perf_counter()
                 if job.mode == "vanilla":
@@ -326,7 +428,7 @@ def run_server(
                     stats.migration_s.append((k, time.perf_counter() - released))
             mine = [b for b in job.blocks if owners[b.id] == rank]
             bufs = {
-                (b.id, w): torch.empty(b.nbytes // 8, dtype=torch.float64)
+                (b.id, w): torch.empty(b.nbytes // job.itemsize, dtype=job.dtype)
                 for b in mine
                 for w in range(job.workers)
             }
@@ -386,6 +488,16 @@ def run_server(
             for work in works:
                 work.wait()
     return held, control
+
+
+def _step(what: str, rate: float | None, ingress: Link, egress: Link, cpu: TokenBucket) -> None:
+    """Apply a step change at an iteration boundary (no block is in flight there): the emulated NIC's
+    two directions, or the CPU straggler's summing pace, get the new rate (None: no cap)."""
+    if what == "bandwidth":
+        ingress.rate = egress.rate = rate
+    else:
+        cpu.rate = rate
+        cpu.tokens, cpu.last = cpu.burst, time.monotonic()
 
 
 def held_s(first: float, start: float, carried: float, head: float, ready: float) -> float:
@@ -461,13 +573,13 @@ def _migrate(
         if src == rank:
             p, m = held.pop(b)
             state = torch.stack([p, m])
-            egress.carry(state.numel() * 8, time.monotonic())
+            egress.carry(state.numel() * job.itemsize, time.monotonic())
             dist.send(state, dst)
         elif dst == rank:
-            buf = torch.empty(2, job.blocks[b].nbytes // 8, dtype=torch.float64)
+            buf = torch.empty(2, job.blocks[b].nbytes // job.itemsize, dtype=job.dtype)
             posted = time.monotonic()
             dist.recv(buf, src)
-            ingress.carry(buf.numel() * 8, posted)
+            ingress.carry(buf.numel() * job.itemsize, posted)
             held[b] = (buf[0].clone(), buf[1].clone())
 
 
@@ -477,10 +589,12 @@ def run_worker(
     marks: Marks | None = None,
     compute_s: list[float] | None = None,
     raw: list[Sample] | None = None,
+    losses: list[float] | None = None,
 ) -> tuple[torch.Tensor, list[Sample]]:
     """Train; returns the final parameters and the block timing samples the scheduler gets (and appends
     each iteration's gradient computation time, host-to-device and device-to-host copies included, to
-    ``compute_s``, and every block's raw time from push issue to its own pull to ``raw``).
+    ``compute_s``, every block's raw time from push issue to its own pull to ``raw``, and a model's
+    minibatch loss of each iteration to ``losses``).
 
     A block's sample is the simulator's: push transfer + PS service + pull transfer (``shaped``). The
     worker times the round trip from its first push to the block's PS to the block's own pull, and the
@@ -494,7 +608,7 @@ def run_worker(
     if job.device == "cuda":
         deterministic_cuda()
     device = worker_device(job, w)
-    params = initial_params(job.numel)
+    params = start_params(job)
     momentum = torch.zeros_like(params)
     owners = list(job.owners)
     samples: list[Sample] = []
@@ -509,7 +623,7 @@ def run_worker(
                 owners = list(new)
                 resume()  # blocked until the PSs have migrated: k*'s samples hold no migration
             t0 = time.perf_counter()
-            grad = compute_gradient(params, w, k, job, device)
+            grad = compute_gradient(params, w, k, job, device, losses)
             if compute_s is not None:
                 compute_s.append(time.perf_counter() - t0)
             if delay > 0:
@@ -518,8 +632,8 @@ def run_worker(
             sends = []
             for b in job.blocks:
                 issued[b.id] = time.perf_counter()
-                sends.append(dist.isend(grad[_slice(b)].contiguous(), owners[b.id], tag=b.id))
-            pulled = {b.id: torch.empty(b.nbytes // 8, dtype=torch.float64) for b in job.blocks}
+                sends.append(dist.isend(grad[_slice(b, job.itemsize)].contiguous(), owners[b.id], tag=b.id))
+            pulled = {b.id: torch.empty(b.nbytes // job.itemsize, dtype=job.dtype) for b in job.blocks}
             by_server: dict[int, list] = {}
             for b in job.blocks:
                 by_server.setdefault(owners[b.id], []).append(
@@ -546,9 +660,11 @@ def run_worker(
                     raw.append(Sample(w, owners[b.id], float(b.nbytes), done[b.id] - issued[b.id]))
             for b in job.blocks:
                 if job.mode == "vanilla":
-                    params[_slice(b)] = pulled[b.id]
+                    params[_slice(b, job.itemsize)] = pulled[b.id]
                 else:
-                    _sgd(params[_slice(b)], momentum[_slice(b)], pulled[b.id], job)
+                    _sgd(
+                        params[_slice(b, job.itemsize)], momentum[_slice(b, job.itemsize)], pulled[b.id], job
+                    )
     return params, samples
 
 
@@ -595,16 +711,23 @@ def _wait_in_order(works: list, report: dist.Work) -> dict[int, float]:
 def reference(job: Job) -> torch.Tensor:
     """The same training computed serially, with no PS and no reassignment (what every worker must end
     with). Each worker's gradient is computed on that worker's device, so a GPU job's reference makes
-    the same kernel calls on the same GPU models as its workers (call ``deterministic_cuda`` first)."""
-    params = initial_params(job.numel)
-    momentum = torch.zeros_like(params)
-    devices = [worker_device(job, w) for w in range(job.workers)]
-    for k in range(job.iterations):
-        grads = [compute_gradient(params, w, k, job, devices[w]) for w in range(job.workers)]
-        total = grads[0].clone()
-        for g in grads[1:]:
-            total += g
-        _sgd(params, momentum, total, job)
+    the same kernel calls on the same GPU models as its workers (call ``deterministic_cuda`` first).
+    It runs on one intra-op thread, as the ranks do (``runtime.launch.join``): a model's CPU kernels
+    may split their reductions by thread count, which would change the gradient's last bits."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        params = start_params(job)
+        momentum = torch.zeros_like(params)
+        devices = [worker_device(job, w) for w in range(job.workers)]
+        for k in range(job.iterations):
+            grads = [compute_gradient(params, w, k, job, devices[w]) for w in range(job.workers)]
+            total = grads[0].clone()
+            for g in grads[1:]:
+                total += g
+            _sgd(params, momentum, total, job)
+    finally:
+        torch.set_num_threads(threads)
     return params
 
 

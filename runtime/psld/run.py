@@ -85,7 +85,12 @@ from clustertwin.policies.psld.migration import migrations
 from clustertwin.policies.psld.profiling import Sample
 from clustertwin.scenarios.psld_results import frame
 from clustertwin.scenarios.psld_schema import PSLDScenario
-from clustertwin.scenarios.psld_setup import POLICY_STREAM, initial_layout, scheduler_config
+from clustertwin.scenarios.psld_setup import (
+    POLICY_STREAM,
+    initial_layout,
+    scheduler_config,
+    straggler_timeline,
+)
 from clustertwin.scenarios.results import RunResult
 from clustertwin.traces.psld_models import psld_model
 
@@ -113,31 +118,6 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
             f" processes on {cores} cores (at most {2 * cores} workers and {4 * cores} processes) would"
             " measure the machine, not the algorithm; lower cluster.workers or cluster.servers",
         )
-    if scenario.removals:
-        raise InputError(f"{src}: field removals", "the real runtime has no DEL_SERVER; remove the removals")
-    if scenario.regimes is not None:
-        raise InputError(
-            f"{src}: field regimes",
-            "the real runtime's throttles are fixed for a whole run; regime switching cannot run for real",
-        )
-    seen: set[int] = set()
-    for i, s in enumerate(scenario.stragglers):
-        if s.start_s > 0:
-            raise InputError(
-                f"{src}: field stragglers[{i}].start_s",
-                "a real straggler is throttled from the start (start_s: 0); a later step change cannot run",
-            )
-        if s.end_s is not None:
-            raise InputError(
-                f"{src}: field stragglers[{i}].end_s",
-                "a real straggler stays throttled for the whole run (end_s: null); recovery cannot run",
-            )
-        if s.server in seen:
-            raise InputError(
-                f"{src}: field stragglers[{i}].server",
-                f"PS {s.server} has two stragglers; the real runtime has one throttle per PS",
-            )
-        seen.add(s.server)
     if scenario.real.device == "cuda":
         import torch
 
@@ -148,12 +128,27 @@ def check_real(scenario: PSLDScenario, cores: int | None = None) -> None:
             )
     if scenario.block_bytes < 8:
         raise InputError(f"{src}: field block_mb", "a real block holds at least one 8-byte element")
+    if scenario.real.model:
+        try:
+            units, itemsize = real_tensors(scenario)
+        except InputError as exc:
+            raise InputError(f"{src}: field {exc.where}", exc.message) from exc
+        blocks = sum(max(1, math.ceil(t.nbytes * itemsize / scenario.block_bytes)) for t in units)
+        if c.servers > blocks:
+            raise InputError(
+                f"{src}: field cluster.servers",
+                f"{scenario.real.model} has {blocks} blocks at block_mb={scenario.block_mb}: a PS would hold"
+                " nothing; lower cluster.servers or block_mb",
+            )
 
 
 def throttles(scenario: PSLDScenario) -> dict[int, float]:
-    """PS -> throttle rate in bytes/s for the scenario's stragglers (NIC cap or summing rate)."""
+    """PS -> throttle rate in bytes/s from the start, for the stragglers of ``start_s: 0`` (NIC cap or
+    summing rate)."""
     out = {}
     for s in scenario.stragglers:
+        if s.start_s > 0:
+            continue
         if s.what == "bandwidth":
             out[s.server] = s.value * GBIT
         else:
@@ -167,12 +162,14 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
 
     check_real(scenario)
     model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
-    # layouts are computed in 8-byte units so every block is a whole number of float64 elements
-    units = [Tensor(t.name, math.ceil(t.nbytes / 8), t.layer) for t in model.tensors]
-    unit_block = scenario.block_bytes // 8
+    units, itemsize = real_tensors(scenario)
+    unit_block = max(1, scenario.block_bytes // itemsize)
     blocks, owners = initial_layout(scenario, units, unit_block)
-    starts = np.concatenate([[0], np.cumsum([t.nbytes for t in units])]) * 8
-    flat = tuple(Block(b.id, b.tensor, int(starts[b.tensor]) + 8 * b.offset, 8 * b.nbytes) for b in blocks)
+    starts = np.concatenate([[0], np.cumsum([t.nbytes for t in units])]) * itemsize
+    flat = tuple(
+        Block(b.id, b.tensor, int(starts[b.tensor]) + itemsize * b.offset, itemsize * b.nbytes)
+        for b in blocks
+    )
     adaptive = scenario.placement.adaptive
     return Job(
         servers=scenario.cluster.servers,
@@ -192,13 +189,56 @@ def build_job(scenario: PSLDScenario, iterations: int = PROBE_ITERATIONS):
         device=scenario.real.device,
         gradient=scenario.real.gradient,
         batch=model.batch_size,
+        lr=scenario.real.lr / scenario.cluster.workers if scenario.real.model else 0.05,
+        model=scenario.real.model,
+        data=scenario.real.data,
+        model_seed=scenario.seed,
+        changes=step_changes(scenario),
+        removals=tuple((r.time_s, r.server) for r in scenario.removals),
     )
+
+
+def real_tensors(scenario: PSLDScenario) -> tuple[list[Tensor], int]:
+    """The tensors a real run moves, in units of one element, and the element's bytes: the real
+    network's parameters (float32) when ``real.model`` is set, else the scenario model's fp32 tensors
+    held as ceil(bytes / 8) float64 elements. Layouts are computed in these units, so every block is a
+    whole number of elements."""
+    if scenario.real.model:
+        from clustertwin.runtime.models.trainer import Trainer
+
+        model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
+        net = Trainer(scenario.real.model, scenario.real.data, scenario.seed, model.batch_size, 1)
+        return [Tensor(name, n, i) for i, (name, n) in enumerate(net.tensors())], 4
+    model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
+    return [Tensor(t.name, math.ceil(t.nbytes / 8), t.layer) for t in model.tensors], 8
 
 
 def _rates(scenario: PSLDScenario, what: str) -> dict[int, float] | None:
     rates = throttles(scenario)
-    chosen = {s.server: rates[s.server] for s in scenario.stragglers if s.what == what}
+    chosen = {s.server: rates[s.server] for s in scenario.stragglers if s.what == what and s.start_s == 0}
     return chosen or None
+
+
+def step_changes(scenario: PSLDScenario) -> tuple[tuple[float, int, str, float, float | None], ...]:
+    """The straggler timeline after the start (``scenarios.psld_setup.straggler_timeline``: the
+    simulator's, regime switches included) as the runtime's (time_s, server, what, value, rate): a
+    bandwidth value caps the PS's emulated NIC at that many Gbit/s, a cpu value paces its summing at the
+    simulator's rate for that many cores, and the cluster's own value (``server_gbps``,
+    ``server_cores``: a straggler's end) lifts the cap."""
+    c = scenario.cluster
+    normal = {"bandwidth": c.server_gbps, "cpu": c.server_cores}
+    per = {"bandwidth": GBIT, "cpu": scenario.costs.sum_gbytes_per_core_s * 1e9}
+    return tuple(
+        (
+            ch.time_s,
+            ch.server,
+            ch.what,
+            ch.value,
+            None if ch.value == normal[ch.what] else ch.value * per[ch.what],
+        )
+        for ch in straggler_timeline(scenario)
+        if ch.time_s > 0
+    )
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -218,7 +258,7 @@ def _main(rank: int, runs: list[tuple[Any, float]]) -> None:
 
             w = rank - first.ps_ranks
             ps.deterministic_cuda()
-            ps.compute_gradient(ps.initial_params(first.numel), w, 0, first, ps.worker_device(first, w))
+            ps.compute_gradient(ps.start_params(first), w, 0, first, ps.worker_device(first, w))
         for index, (main, duration_s) in enumerate(runs):
             report((index, rank, *_run_one(rank, main, duration_s)))
             dist.barrier()
@@ -247,18 +287,20 @@ def _run_one(rank: int, main, duration_s: float) -> tuple:
     origin = time.monotonic()
     if rank < job.ps_ranks:
         stats = ps.ServerStats()
-        held, control = ps.run_server(rank, job, marks, stats)
-        records = control.records if control is not None else []
+        held, control = ps.run_server(rank, job, marks, stats, origin)
+        records = (control.records, control.removed) if control is not None else ([], [])
         payload: tuple = (sorted(held), records, stats)
     else:
         compute: list[float] = []
         raw: list = []
-        params, samples = ps.run_worker(rank, job, marks, compute, raw)
+        losses: list[float] = []
+        params, samples = ps.run_worker(rank, job, marks, compute, raw, losses)
         payload = (
             params.numpy().tobytes(),
             [(s.server, s.nbytes, s.seconds) for s in samples],
             compute,
             [(s.server, s.nbytes, s.seconds) for s in raw],
+            losses,
         )
     end = time.monotonic()
     return origin, marks, end, payload, len(marks), per
@@ -298,7 +340,7 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
         for k, a, r in marks:
             arrive[rank, k], release[rank, k] = a - origin, r - origin
         arrive[rank, iters] = end - origin
-    records = out[0][3][1]
+    records, removed = out[0][3][1]
     changes_at = {rec[0]: rec for rec in records if rec[2].action != "none"}
     # after each PREPARE that reassigned: the slowest PS's release -> RESUME (its vanilla migration and
     # the wait for the others'), the part of the pause after the PREPARE barrier
@@ -340,11 +382,18 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
         end = float(np.max(arrive[S:, k + 1]))
         it_rows.append((k, start, end, version, len(set(owners))))
     for k, t, d, profile in records:
+        if d.action == "remove":
+            continue
         for r, (alpha, beta, pred) in profile.items():
             rep_rows.append(
                 (k // job.report_every - 1, t - origin, r, alpha, beta, pred, r in d.superior, d.variation)
             )
-    ch_rows = [(0.0, s.server, s.what, float(s.value)) for s in scenario.stragglers]
+    ch_rows = [(0.0, s.server, s.what, float(s.value)) for s in scenario.stragglers if s.start_s == 0]
+    ch_rows += [
+        (t - origin, r, what, float(value)) for r in range(S) for t, what, value in out[r][3][2].changes
+    ]
+    ch_rows += [(t - origin, r, "remove", 1.0 if usable else 0.0) for t, r, usable in removed]
+    ch_rows.sort(key=lambda row: row[0])
     tables = {
         "iterations": frame(it_rows, "iterations"),
         "reassignments": frame(re_rows, "reassignments"),
@@ -362,8 +411,20 @@ def _tables(scenario: PSLDScenario, job, out: dict[int, tuple]) -> tuple[dict, d
         "update_bytes": [st.update_bytes for st in servers],
         "update_s": [st.update_s for st in servers],
         "pauses": pauses,
+        "loss": [list(out[S + w][3][4]) for w in range(W)],
     }
     return tables, {**extra, "measured": measured}
+
+
+def _loss_info(losses: list[list[float]]) -> dict[str, float]:
+    """A real model's training loss (mean over workers) over the run's first and last three iterations,
+    and its per-iteration series; empty for the stand-ins, which have no loss."""
+    n = min((len(x) for x in losses), default=0)
+    if n == 0:
+        return {}
+    per = np.mean([x[:n] for x in losses], axis=0)
+    m = min(3, n)
+    return {"loss_first": float(per[:m].mean()), "loss_last": float(per[-m:].mean())}
 
 
 def _loads(version: int, t: float, owners, sizes: np.ndarray, servers: int) -> list[tuple]:
@@ -430,7 +491,9 @@ def run_real_many(
         info: dict[str, Any] = {
             "backend": "real",
             "device": job.device,
-            "gradient": job.gradient,
+            "gradient": "model" if job.model else job.gradient,
+            "real_model": job.model,
+            **_loss_info(measured["loss"]),
             "policy": scenario.policy,
             "mode": scenario.mode,
             "model": scenario.model,

@@ -12,43 +12,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
+from clustertwin.policies.psld.blocks import Tensor
 from clustertwin.policies.psld.scheduler import PSLDScheduler
 from clustertwin.scenarios.psld_results import frame
 from clustertwin.scenarios.psld_schema import PSLDScenario
 from clustertwin.scenarios.psld_setup import (
     NOISE_STREAM,
     POLICY_STREAM,
-    REGIME_STREAM,
     initial_layout,
     scheduler_config,
+    straggler_timeline,
 )
 from clustertwin.scenarios.results import RunResult
-from clustertwin.sim.psld.engine import Change, Engine, EngineConfig
+from clustertwin.sim.psld.engine import Engine, EngineConfig
 from clustertwin.traces.psld_models import psld_model
-
-
-def straggler_timeline(scenario: PSLDScenario) -> list[Change]:
-    """Step changes (stragglers with recovery, then Markov regime switches), in time order."""
-    c = scenario.cluster
-    default = {"bandwidth": c.server_gbps, "cpu": c.server_cores}
-    out: list[Change] = []
-    for s in scenario.stragglers:
-        out.append(Change(s.start_s, s.server, s.what, s.value))
-        if s.end_s is not None:
-            out.append(Change(s.end_s, s.server, s.what, default[s.what]))
-    reg = scenario.regimes
-    if reg is not None:
-        rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, REGIME_STREAM]))
-        for server in reg.servers or range(c.servers + c.standby):
-            t = 0.0
-            while True:
-                t += float(rng.exponential(reg.mean_dwell_s))
-                if t >= scenario.duration_s:
-                    break
-                out.append(Change(t, server, reg.what, float(reg.levels[int(rng.integers(len(reg.levels)))])))
-    return sorted(out, key=lambda ch: ch.time_s)
 
 
 def run(
@@ -56,17 +36,27 @@ def run(
     progress: Callable[[float, str], None] | None = None,
     *,
     initial_owners: Sequence[int] | None = None,
+    tensors: Sequence[Tensor] | None = None,
 ) -> RunResult:
     """Simulate one PSLD scenario and return its event tables.
 
     ``initial_owners`` (block id -> PS, one per block of the policy's layout) replaces the policy's
     initial map, which is how a given map is simulated: a real run's final one, say, pinned with a
     non-adaptive policy or a scheduler that never acts (``psld.straggler_threshold`` huge,
-    ``psld.recheck: false``)."""
+    ``psld.recheck: false``).
+
+    ``tensors`` (fp32 bytes each) replace the model's: a real network's (``real.model``), which the kind
+    builds with torch. The catalog model's per-layer times do not belong to them, so its whole
+    forward and backward time is then computed first and every block pushed at once, as the real
+    runtime's worker does (``costs.worker_compute_s`` overrides that time as usual)."""
     wall0 = time.perf_counter()
     c, p = scenario.cluster, scenario.psld
     model = psld_model(scenario.model, scenario.batch_size, scenario.compute_scale)
     servers = list(range(c.servers))
+    if tensors is not None:
+        tensors = [Tensor(t.name, t.nbytes, 0) for t in tensors]
+        total = sum(model.forward_s) + sum(model.backward_s)
+        model = replace(model, tensors=tuple(tensors), forward_s=(total,), backward_s=(0.0,))
     blocks, owners = initial_layout(scenario, model.tensors, scenario.block_bytes)
     if initial_owners is not None:
         if len(initial_owners) != len(blocks) or not set(initial_owners) <= set(servers):

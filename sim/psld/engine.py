@@ -31,21 +31,12 @@ import numpy as np
 from clustertwin.policies.psld.migration import migrations, reassignment_step
 from clustertwin.policies.psld.profiling import Sample
 from clustertwin.policies.psld.scheduler import Decision, PSLDScheduler
+from clustertwin.scenarios.psld_setup import Change
 from clustertwin.sim.flows import max_min_rates
 
 GBPS = 1e9 / 8  # bytes per second in one Gbit/s
 _GRAD, _AGG, _DONE, _CHANGE, _REMOVE, _RESUME = range(6)
 _PUSH, _PULL, _MIGRATE = range(3)
-
-
-@dataclass(frozen=True)
-class Change:
-    """A step change of PS ``server``'s NIC bandwidth (Gbit/s) or effective CPU cores at ``time_s``."""
-
-    time_s: float
-    server: int
-    what: str  # bandwidth | cpu
-    value: float
 
 
 @dataclass(frozen=True)
