@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -425,6 +427,11 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from clustertwin.policies.registry import families
+
+    if importlib.util.find_spec("torch") is not None:
+        for spec in kinds():
+            for module in spec.real_registries:
+                importlib.import_module(module)
 
     try:  # the real runs' models register themselves; they need torch (the optional runtime extra)
         import clustertwin.runtime.models.registry  # noqa: F401

@@ -212,6 +212,8 @@ def test_list_shows_every_kind_and_the_gavel_policies(capsys) -> None:
     assert by_name["spot"]["simulate"] is True and by_name["spot"]["real"] is True
     assert all(by_name[spec.name]["real"] is (spec.run_real is not None) for spec in kinds())
     assert by_name["gavel"]["reproduce"] == ["gavel", "cloud"] and by_name["pipedream"]["bench"] is True
+    # The families a real run draws from (models, data sets) are listed too.
+    assert {"real models", "flexrr models", "flexrr data"} <= set(listed["families"])
     entries = listed["families"]["gavel allocation"]["entries"]
     assert list(entries) == ALLOCATION.names() and all(entries.values())
 

@@ -109,6 +109,7 @@ SPEC = KindSpec(
     plot=lazy("clustertwin.analysis.run_plots:plot_flexrr_run"),
     comparison=Comparison(HEADLINE, _compare),
     run_real=_run_real,
+    real_registries=("clustertwin.runtime.flexrr.models",),
     check=_check,
     reproduce=Reproduce(lambda: ["flexrr"], _reproduce),
     bench=_bench,

@@ -50,5 +50,6 @@ SPEC = KindSpec(
     plot=lazy("clustertwin.analysis.run_plots:plot_psld_run"),
     comparison=metric_comparison("iterations_per_s"),
     run_real=_run_real,
+    real_registries=("clustertwin.runtime.models.registry",),
     reproduce=Reproduce(lambda: ["psld"], _reproduce),
 )

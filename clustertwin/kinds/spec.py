@@ -88,6 +88,8 @@ class KindSpec:
       the rich table printed after a run (default: every metric).
     - ``comparison``, ``reproduce``, ``profile`` (calibration: measure on real workers) and ``bench``
       (speed figures through ``emit(key, value)``) are None where the kind has none.
+    - ``real_registries`` are the modules (needing torch) whose import registers the families a real run
+      draws from (models, data sets); ``clustertwin list`` imports them when torch is installed.
     """
 
     name: str
@@ -109,6 +111,7 @@ class KindSpec:
     reproduce: Reproduce | None = None
     profile: Callable[[ProfileRequest], int] | None = None
     bench: Callable[[Emit], None] | None = None
+    real_registries: tuple[str, ...] = ()
 
 
 def lazy(target: str) -> Callable[..., Any]:
