@@ -17,12 +17,12 @@ from clustertwin.analysis.gavel_market import market_metrics
 from clustertwin.policies.bidbrain import PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionInputs, FaultToleranceSettings
+from clustertwin.scenarios.gavel_fleet import Lease, MarketHook, Worker, spot_leases
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import check_tables
-from clustertwin.sim.gavel.market import Lease, MarketHook, Worker, spot_leases
-from clustertwin.sim.spot.billing import billing_model, lifetime_bill
+from clustertwin.scenarios.spot_billing import billing_model, lifetime_bill
+from clustertwin.scenarios.spot_replay import MarketReplay
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
-from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -148,7 +148,7 @@ def test_lifetime_bill_items_stay_inside_the_lifetime(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path, st.sampled_from(["per_second", "hourly_refund"]), st.sampled_from(["standard", "just_above"]))
 def test_closed_form_bill_matches_the_spot_engine(steps, scheme, acquisition) -> None:
-    """clustertwin.sim.spot.billing.lifetime_bill is what SpotSim books, allocation by allocation."""
+    """clustertwin.scenarios.spot_billing.lifetime_bill is what SpotSim books, allocation by allocation."""
     od = {"p3.2xlarge": OD_V100}
     series = {MARKET: _series(steps)}
     cfg = SpotConfig(

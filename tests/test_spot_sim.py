@@ -13,12 +13,12 @@ from clustertwin.policies.bidbrain import BidBrainParams, PriceSeries, estimate_
 from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionInputs, FaultToleranceSettings
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import RunResult
+from clustertwin.scenarios.spot_billing import billing_model
+from clustertwin.scenarios.spot_replay import MarketReplay
 from clustertwin.scenarios.spot_results import check_spot_tables, to_frame
 from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
 from clustertwin.sim.spot import run
-from clustertwin.sim.spot.billing import billing_model
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
-from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -31,7 +31,7 @@ from clustertwin.policies.registry import AllocationPolicy
 from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table
 
 if TYPE_CHECKING:
-    from clustertwin.sim.gavel.market import MarketHook
+    from clustertwin.scenarios.gavel_fleet import MarketHook
 
 Progress = Callable[[float, str], None]
 
@@ -68,7 +68,7 @@ class GavelSimulation:
         policy_throughputs: dict[int, np.ndarray] | None = None,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
-        believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``sim.gavel.market``)
+        believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``scenarios.gavel_fleet``)
         makes the cluster a cloud fleet whose workers come and go with spot prices ([Narayanan] §6).
         ``policy_throughputs`` (job id → throughput row) is what the policy starts from when it differs
         from the jobs' true throughputs; it then learns each job's rates from its rounds as the real
@@ -131,7 +131,7 @@ class GavelSimulation:
                 yield self.env.timeout(0)
             self._admit()
             if self.market is not None:
-                self.market.sync(self, self.env.now)
+                self.market.sync(self.scheduler, self.event_rows, self.env.now)
             if not sched.jobs:
                 job = yield self.arrived.get()
                 self._add(job)

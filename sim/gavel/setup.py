@@ -11,12 +11,12 @@ import numpy as np
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import JobSpec
 from clustertwin.policies.registry import make_policy
+from clustertwin.scenarios.gavel_fleet import SplitLayout, build_market, expand_columns
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
 from clustertwin.scenarios.results import RunResult
 from clustertwin.sim.gavel.engine import Colocation, GavelSimulation, MechanismConfig, Progress
 from clustertwin.sim.gavel.estimation import estimated_colocation
-from clustertwin.sim.gavel.market import SplitLayout, build_market, expand_columns
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 from clustertwin.errors import InputError

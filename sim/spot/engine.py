@@ -34,8 +34,8 @@ from clustertwin.policies.spot import (
     DecisionPoint,
     FaultTolerance,
 )
-from clustertwin.sim.spot.billing import BillingModel
-from clustertwin.sim.spot.market import MarketReplay
+from clustertwin.scenarios.spot_billing import BillingModel
+from clustertwin.scenarios.spot_replay import MarketReplay
 from clustertwin.sim.spot.perf import PerfModel
 
 
