@@ -170,6 +170,9 @@ class Policy(_Strict):
 
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
+    # The run's total spend for makespan_budget ([Narayanan] §6.4.3): each allocation plans with what is
+    # left of it after the rounds so far, at the prices in effect (cluster.prices or the market's).
+    budget_usd: PositiveFloat | None = None
 
 
 class Mechanism(_Strict):

@@ -66,18 +66,21 @@ class GavelSimulation:
         policy_colocation: Colocation | None = None,
         market: MarketHook | None = None,
         policy_throughputs: dict[int, np.ndarray] | None = None,
+        scheduler: GavelScheduler | None = None,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
         believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``scenarios.gavel_fleet``)
         makes the cluster a cloud fleet whose workers come and go with spot prices ([Narayanan] §6).
         ``policy_throughputs`` (job id → throughput row) is what the policy starts from when it differs
         from the jobs' true throughputs; it then learns each job's rates from its rounds as the real
-        backend does, while jobs move at the true ones."""
+        backend does, while jobs move at the true ones. ``scheduler``: one built from a scenario
+        (``scenarios.gavel_scheduler.build_scheduler``, as the real runtime builds its own), in place of
+        the one the other arguments describe."""
         self.layout = layout
         self.jobs = sorted(jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         self.by_id = {j.spec.job_id: j for j in jobs}
         self.mechanism = mechanism
-        self.scheduler = GavelScheduler(
+        self.scheduler = scheduler or GavelScheduler(
             layout,
             policy,
             np.random.default_rng(seed),
@@ -233,6 +236,12 @@ class GavelSimulation:
                 jobs[measured].tolist(), types[measured].tolist(), rate[measured].tolist(), strict=True
             ):
                 self.scheduler.observe_throughput(m, j, r, ONLINE_SMOOTHING)
+            # A shared lease's pair of rates (both trained, neither evicted) feeds the pair's estimate.
+            for c, key in enumerate(plan.job_ids):
+                slots = np.flatnonzero(combo == c)
+                if len(key) == 2 and (steps[slots] > 0).all() and not preempted[slots].any():
+                    pair = (float(rate[slots[0]]), float(rate[slots[1]]))
+                    self.scheduler.observe_pair(key, int(plan.worker_types[c]), pair, ONLINE_SMOOTHING)
         self.num_rounds += 1
         for t, m in sorted(zip(finish_t[finishes].tolist(), jobs[finishes].tolist(), strict=True)):
             self._complete(m, t)

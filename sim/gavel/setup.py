@@ -4,55 +4,29 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from functools import cache
 from pathlib import Path
 
 import numpy as np
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import JobSpec
-from clustertwin.policies.registry import make_policy
 from clustertwin.scenarios.gavel_fleet import SplitLayout, build_market, expand_columns
+from clustertwin.scenarios.gavel_scheduler import build_scheduler, colocation, gavel_policy
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
 from clustertwin.scenarios.results import RunResult
 from clustertwin.sim.gavel.engine import Colocation, GavelSimulation, MechanismConfig, Progress
-from clustertwin.sim.gavel.estimation import estimated_colocation
-from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 from clustertwin.errors import InputError
-
-
-def colocation_oracle(table: ThroughputTable, layout: ClusterLayout):
-    @cache
-    def pair(a: tuple[str, int], b: tuple[str, int]) -> np.ndarray | None:
-        rows = [table.colocated(a, b, t) for t in layout.worker_types]
-        if all(r is None for r in rows):
-            return None
-        return np.array([r if r is not None else (0.0, 0.0) for r in rows], dtype=float)
-
-    def oracle(a: JobSpec, b: JobSpec) -> np.ndarray | None:
-        return pair((a.job_type, a.scale_factor), (b.job_type, b.scale_factor))
-
-    return oracle
 
 
 def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulation:
     table = load_table(scenario)
     layout = cluster_layout(scenario, table)
     jobs, origin = trace_jobs(scenario, table)
-    try:
-        policy = make_policy(scenario.policy.name, **scenario.policy.params)
-    except (KeyError, ValueError) as err:
-        raise InputError(f"{scenario.source}: field policy", str(err).strip('"')) from err
+    policy = gavel_policy(scenario)
     prices = None
-    if scenario.cluster.prices is not None:
-        prices = np.array([scenario.cluster.prices[t] for t in layout.worker_types])
     m = scenario.mechanism
-    truth = colocation_oracle(table, layout)
-    planned = truth
-    if m.estimate_colocation is not None:
-        rng = np.random.default_rng([scenario.seed, 0x5EED])
-        planned = estimated_colocation(table, layout.worker_types, m.estimate_colocation, rng)
+    truth, planned = colocation(scenario, table, layout)
     workload = gavel_jobs(scenario, table, layout, jobs, origin)
     overheads = tuple(scenario.overhead_s(t) for t in layout.worker_types)
     believed = None if m.planned_throughputs is None else planned_rows(scenario, workload, layout)
@@ -73,6 +47,7 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
             overheads = tuple(expand_columns(np.array(overheads), split).tolist())
             layout = split.layout
         prices = market.current_prices(0.0)
+    scheduler = build_scheduler(scenario, layout, policy, planned, prices)
     return GavelSimulation(
         layout,
         workload,
@@ -86,10 +61,8 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
         ),
         seed=scenario.seed,
         colocation=truth,
-        policy_colocation=planned,
-        prices=prices,
-        entity_weights=dict(enumerate(scenario.workload.entities or ())),
         progress=progress,
+        scheduler=scheduler,
         market=market,
         policy_throughputs=believed,
     )
