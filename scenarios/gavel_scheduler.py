@@ -10,12 +10,16 @@ with the field named, never at the first allocation or silently.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 from clustertwin.policies.gavel.cluster import ClusterLayout
-from clustertwin.policies.gavel.scheduler import Colocation, GavelScheduler, SchedulerConfig
+from clustertwin.policies.gavel.scheduler import Colocation, GavelScheduler, JobSpec, SchedulerConfig
 from clustertwin.policies.registry import AllocationPolicy, make_policy
 from clustertwin.scenarios.gavel_colocation import colocation_oracle, estimated_colocation
+from clustertwin.scenarios.gavel_fleet import MarketHook, SplitLayout, build_market, expand_columns
 from clustertwin.scenarios.gavel_schema import Scenario
+from clustertwin.scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 from clustertwin.errors import InputError
@@ -107,3 +111,96 @@ def build_scheduler(
         entity_weights=dict(enumerate(scenario.workload.entities or ())),
         budget=scenario.policy.budget_usd,
     )
+
+
+@dataclass
+class GavelSetup:
+    """What both executors start from: the scheduler's layout (a market's split one, or the cluster's),
+    the jobs over it, the colocation truth, the restart overheads per scheduler type, the market and the
+    scheduler itself. ``base_layout`` is the cluster's (Gavel types, before a market splits them)."""
+
+    table: ThroughputTable
+    base_layout: ClusterLayout
+    layout: ClusterLayout
+    jobs: list[GavelJob]
+    origin: str  # where the jobs came from, for error messages
+    policy: AllocationPolicy
+    truth: Colocation
+    overheads: tuple[float, ...]
+    believed: dict[int, np.ndarray] | None  # mechanism.planned_throughputs rows (None: the truth)
+    market: MarketHook | None
+    split: SplitLayout | None
+    scheduler: GavelScheduler
+
+
+def setup(scenario: Scenario) -> GavelSetup:
+    """Build a scenario's scheduler and everything around it, the same way for simulation and for real."""
+    table = load_table(scenario)
+    base = layout = cluster_layout(scenario, table)
+    trace, origin = trace_jobs(scenario, table)
+    policy = gavel_policy(scenario)
+    truth, planned = colocation(scenario, table, layout)
+    workload = gavel_jobs(scenario, table, layout, trace, origin)
+    overheads = tuple(scenario.overhead_s(t) for t in layout.worker_types)
+    m = scenario.mechanism
+    believed = None if m.planned_throughputs is None else planned_rows(scenario, workload, layout)
+    market, split, prices = None, None, None
+    if scenario.market is not None:
+        # A cloud fleet ([Narayanan] §6): the scheduler plans over the split layout (spot halves apart).
+        market, split = build_market(scenario.source, scenario.market, layout)
+        if split.layout != layout:
+            workload = [split_job(job, split) for job in workload]
+            if believed is not None:
+                believed = {
+                    j.spec.job_id: np.where(
+                        j.spec.throughputs > 0, expand_columns(believed[j.spec.job_id], split), 0.0
+                    )
+                    for j in workload
+                }
+            truth, planned = split_pairs(truth, split), split_pairs(planned, split)
+            overheads = tuple(expand_columns(np.array(overheads), split).tolist())
+            layout = split.layout
+        prices = market.current_prices(0.0)
+    scheduler = build_scheduler(scenario, layout, policy, planned, prices)
+    return GavelSetup(
+        table, base, layout, workload, origin, policy, truth, overheads, believed, market, split, scheduler
+    )
+
+
+def planned_rows(
+    scenario: Scenario, workload: list[GavelJob], layout: ClusterLayout
+) -> dict[int, np.ndarray]:
+    """Each job's row of ``mechanism.planned_throughputs``, on the types where it can truly run."""
+    table = load_table(scenario, scenario.mechanism.planned_throughputs)
+    keys = [(j.spec.job_type, j.spec.scale_factor) for j in workload]
+    rows = table.isolated_matrix(keys, layout.worker_types)
+    truth = np.array([j.spec.throughputs for j in workload]).reshape(rows.shape)
+    missing = np.argwhere((truth > 0) & (rows <= 0))
+    if len(missing):
+        i, w = missing[0]
+        raise InputError(
+            f"{scenario.source}: field mechanism.planned_throughputs",
+            f"no throughput for {keys[i][0]} (scale factor {keys[i][1]}) on {layout.worker_types[w]}, "
+            "which the scenario's throughputs table has",
+        )
+    return {j.spec.job_id: np.where(t > 0, r, 0.0) for j, t, r in zip(workload, truth, rows, strict=True)}
+
+
+def split_job(job: GavelJob, split: SplitLayout) -> GavelJob:
+    """A job's throughput rows over the split layout; a type too small for the job gets 0, as in
+    ``gavel_jobs`` (a spot half may hold fewer GPUs than the job needs)."""
+    fits = np.asarray(split.layout.gpus) >= job.spec.scale_factor
+    spec = replace(job.spec, throughputs=np.where(fits, expand_columns(job.spec.throughputs, split), 0.0))
+    return replace(
+        job, spec=spec, unconsolidated=np.where(fits, expand_columns(job.unconsolidated, split), 0.0)
+    )
+
+
+def split_pairs(oracle: Colocation, split: SplitLayout) -> Colocation:
+    """A colocation oracle (rows per Gavel type) answering per scheduler type."""
+
+    def pair(a: JobSpec, b: JobSpec) -> np.ndarray | None:
+        rows = oracle(a, b)
+        return None if rows is None else rows[split.base_index]
+
+    return pair
