@@ -17,6 +17,16 @@ A round credits the steps each lease reports. A job whose process dies keeps onl
 the steps since its last save are taken back from the rounds that credited them (``rolled_back`` events),
 and it is rescheduled from there, so no step is counted twice or lost. Measured throughputs feed the
 policy, smoothed (as Gavel does).
+
+The scheduler, its prices, budget and entity weights, the pair throughputs space sharing plans with, and
+the market are built by ``scenarios.gavel_scheduler.setup``, as for the simulator. Two jobs sharing GPUs
+run as two processes on the same slots; their measured rates feed the pair's estimate
+(``GavelScheduler.observe_pair``). On a ``market:`` fleet (``scenarios.gavel_fleet``) each instance is one
+server's agent: the fleet follows the price trace in wall-clock seconds from the run's start, the scheduler
+sees only the instances usable now (a warned one is not: at the next round its jobs save their
+checkpoints and go elsewhere), an instance terminated mid-round takes its agent and the jobs on it down
+(they resume from their checkpoints), and the bill is the fleet's, computed by the same code as in
+simulation.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,20 +44,13 @@ import numpy as np
 import pandas as pd
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.lease_time import LeaseTime
-from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, RoundPlan, SchedulerConfig
-from clustertwin.policies.registry import make_policy
+from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, RoundPlan
 from clustertwin.runtime.cores import format_slots, slot_cores
 from clustertwin.runtime.gavel.control import ControlPlane
 from clustertwin.runtime.launch import die_with_parent
+from clustertwin.scenarios.gavel_scheduler import setup
 from clustertwin.scenarios.gavel_schema import Scenario
-from clustertwin.scenarios.gavel_workload import (
-    GavelJob,
-    cluster_layout,
-    gavel_jobs,
-    jobs_table,
-    load_table,
-    trace_jobs,
-)
+from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table
 from clustertwin.scenarios.results import GAVEL_TABLES, RunResult
 
 from clustertwin.atomic import write_parquet
@@ -54,6 +58,24 @@ from clustertwin.errors import InputError
 
 AGENT_START_S = 120.0
 ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"])
+
+
+def refuse_unsupported(scenario: Scenario) -> None:
+    """Scenario settings the real backend cannot honour, refused by field rather than ignored."""
+    if scenario.real is None:
+        raise InputError(f"{scenario.source}: field real", "the real backend needs a `real:` section")
+    if scenario.mechanism.ideal:
+        raise InputError(
+            f"{scenario.source}: field mechanism.ideal",
+            "the ideal mechanism (exact time fractions, no rounds) exists only in simulation; real jobs run"
+            " in rounds (mechanism.ideal: false)",
+        )
+    if scenario.market is not None and scenario.real.time_scale != 1.0:
+        raise InputError(
+            f"{scenario.source}: field real.time_scale",
+            "a market's prices are replayed in wall-clock seconds, as the simulation replays them; a time"
+            " scale would compress arrivals but not the fleet (use 1.0, or a shorter price trace)",
+        )
 
 
 @dataclass
@@ -90,26 +112,24 @@ class RealGavel:
     ) -> None:
         """``snapshot_dir``: where the event tables so far are rewritten after every round, so that a run
         killed part-way keeps what it finished (the final, complete folder is written by the caller)."""
-        if scenario.real is None:
-            raise InputError(f"{scenario.source}: field real", "the real backend needs a `real:` section")
         self.scenario, self.workdir, self.progress = scenario, workdir, progress
         self.snapshot_dir = snapshot_dir
-        table = load_table(scenario)
-        self.layout: ClusterLayout = cluster_layout(scenario, table)
-        jobs, origin = trace_jobs(scenario, table)
-        self.jobs: list[GavelJob] = gavel_jobs(scenario, table, self.layout, jobs, origin)
-        self._check_fits(origin)
-        policy = make_policy(scenario.policy.name, **scenario.policy.params)
-        if getattr(policy, "space_sharing", False):
-            raise InputError(
-                f"{scenario.source}: field policy", "space sharing is not supported for real yet"
-            )
+        refuse_unsupported(scenario)
+        made = setup(scenario)
+        # Agents serve the cluster's servers (Gavel types); the scheduler plans over ``self.layout``, a
+        # market's split layout (spot instances apart) or the same.
+        self.base_layout: ClusterLayout = made.base_layout
+        self.layout: ClusterLayout = made.layout
+        self.jobs: list[GavelJob] = made.jobs
+        self.believed = made.believed
+        self.market = made.market
+        self.scheduler: GavelScheduler = made.scheduler
+        self._check_fits(made.origin)
         m = scenario.mechanism
-        self.scheduler = GavelScheduler(
-            self.layout, policy, np.random.default_rng(scenario.seed),
-            SchedulerConfig(m.round_s, m.min_reset_interval_s),
-        )  # fmt: skip
         self.agents = self._agents()
+        self.agents_by_name = {a.name: a for a in self.agents}
+        self.agent_of_worker = self._fleet_agents()
+        self.end_s = 0.0
         self.round_rows: list[tuple] = []
         self.event_rows: list[tuple] = []
         self.completion: dict[int, float] = {}
@@ -134,10 +154,11 @@ class RealGavel:
                 for j in range(len(self.layout.worker_types))
             ]
             if not any(fits):
+                base = self.base_layout
                 raise InputError(
                     f"{origin} (job {job.spec.job_id})",
                     f"needs {job.spec.scale_factor} GPUs on one server; servers hold "
-                    f"{dict(zip(self.layout.worker_types, self.layout.gpus_per_server, strict=True))}",
+                    f"{dict(zip(base.worker_types, base.gpus_per_server, strict=True))}",
                 )
 
     def _agents(self) -> list[Agent]:
@@ -145,10 +166,11 @@ class RealGavel:
         real = self.scenario.real
         assert real is not None
         cores = slot_cores(self.scenario) if real.pin_cores else None
-        for j, name in enumerate(self.layout.worker_types):
+        base = self.base_layout
+        for j, name in enumerate(base.worker_types):
             worker = real.workers[name]
-            k = self.layout.gpus_per_server[j]
-            for server in range(-(-self.layout.gpus[j] // k)):
+            k = base.gpus_per_server[j]
+            for server in range(-(-base.gpus[j] // k)):
                 args = ["--device", worker.device, "--slowdown", str(worker.slowdown)]
                 args += ["--threads", str(real.threads_per_cpu_worker)]
                 if worker.device == "cuda":
@@ -159,6 +181,27 @@ class RealGavel:
                     args += ["--cores", format_slots(cores[name][server * k : (server + 1) * k])]
                 agents.append(Agent(f"{name}-{server}", j, server, args))
         return agents
+
+    def _fleet_agents(self) -> dict[int, Agent]:
+        """A market fleet's instances, each one server's agent: a type's on-demand instances are its first
+        servers, its spot instances the rest (``scenarios.gavel_fleet.build_market`` numbers them so)."""
+        if self.market is None:
+            return {}
+        by_name = self.agents_by_name
+        seen: dict[str, int] = {}
+        out = {}
+        for w in self.market.workers:
+            index = seen.get(w.worker_type, 0)
+            seen[w.worker_type] = index + 1
+            out[w.worker_id] = by_name[f"{w.worker_type}-{index}"]
+        return out
+
+    def _agent_for(self, worker_type: int, gpus: tuple[int, ...]) -> Agent:
+        """The agent holding ``gpus`` of scheduler type ``worker_type`` (a placement is on one server)."""
+        k = self.layout.gpus_per_server[worker_type]
+        if self.market is not None:
+            return self.agent_of_worker[self.market.slots[worker_type][gpus[0] // k]]
+        return next(a for a in self.agents if a.worker_type == worker_type and a.server == gpus[0] // k)
 
     # --- the round loop -----------------------------------------------------------------------------
 
@@ -173,6 +216,7 @@ class RealGavel:
             self._wait_ready(self.agents, 0)
             self.t0 = time.monotonic()
             self._loop()
+            self.end_s = self.now()
         finally:
             self._stop_agents()
         # Seconds of a round not spent training ([Narayanan] Table 5.4), by worker type and lease kind.
@@ -194,8 +238,13 @@ class RealGavel:
         while len(self.completion) < len(self.jobs):
             while pending and pending[0].spec.arrival_s / scale <= self.now():
                 job = pending.pop(0)
-                sched.add_job(replace(job.spec, arrival_s=job.spec.arrival_s / scale))
+                spec = job.spec
+                if self.believed is not None:
+                    spec = replace(spec, throughputs=self.believed[spec.job_id])
+                sched.add_job(replace(spec, arrival_s=spec.arrival_s / scale))
                 self.event_rows.append((self.now(), "admit", job.spec.job_id, job.spec.job_type))
+            if self.market is not None:
+                self.market.sync(sched, self.event_rows, self.now())
             if sched.reset_due(self.now()):
                 sched.reset(self.now())
                 self.event_rows.append((self.now(), "reset", -1, f"{len(sched.jobs)} jobs"))
@@ -204,6 +253,15 @@ class RealGavel:
                 wake = [p.spec.arrival_s / scale for p in pending[:1]]
                 if sched.next_reset_s() is not None:
                     wake.append(sched.next_reset_s())
+                if self.market is not None:
+                    change = self.market.next_change_s(self.now())
+                    if change is None and not wake and sched.jobs and not self.live:
+                        # No job can run and the fleet never changes again (the simulator stops alike).
+                        self.event_rows.append(
+                            (self.now(), "stalled", -1, f"{len(sched.jobs)} jobs cannot run")
+                        )
+                        return
+                    wake += [] if change is None else [change]
                 time.sleep(max(min(wake, default=self.now() + 1.0) - self.now(), 0.01))
                 continue
             self._run_round(round_index, plan)
@@ -251,18 +309,32 @@ class RealGavel:
                 "log": str(self.workdir / "logs" / f"job{job_id}.log"),
             })  # fmt: skip
         start = self.now()
+        # Instances the market terminates before the round ends: their agents (and the jobs on them) are
+        # killed then, as a terminated instance's processes are.
+        ending = self._terminations(plan, start)
         for agent in self.agents:
             self.control.put(
                 f"plan/{r}/{agent.name}",
                 {"jobs": per_agent[agent.name], "deadline_s": m.round_s + real.grace_s},
             )
+        timers = [
+            threading.Timer(max(t - self.now(), 0.0), self._terminate, (self.agents_by_name[name],))
+            for name, t in ending.items()
+        ]
+        for timer in timers:
+            timer.start()
         deadline = time.monotonic() + m.round_s + real.grace_s + 10.0
         keys = {f"done/{r}/{a.name}": a for a in self.agents}
-        done = self.control.wait_for(list(keys), deadline)
+        done = self.control.wait_for([k for k, a in keys.items() if a.name not in ending], deadline)
+        for timer in timers:
+            timer.join()
         outcomes = {}
         for key, agent in keys.items():
+            if key not in done and agent.name in ending and self.control.has(key):
+                done[key] = self.control.get(key)  # its jobs were done before the instance went
             if key not in done:
-                self.event_rows.append((self.now(), "agent_lost", -1, agent.name))
+                kind = "evicted" if agent.name in ending else "agent_lost"
+                self.event_rows.append((self.now(), kind, -1, agent.name))
                 self._restart(agent, r + 1)
                 continue
             for outcome in done[key]:
@@ -270,10 +342,11 @@ class RealGavel:
         end = self.now()
         seconds = np.zeros(len(plan))
         steps: dict[int, float] = {}
+        rates: dict[int, float] = {}
         finished: list[tuple[float, int]] = []
         lost: list[int] = []
         full = False  # some lease ran its full time (its job did not finish in this round)
-        for i, job_id, j, gpus, _, renew in placed:
+        for i, job_id, j, gpus, agent, renew in placed:
             outcome = outcomes.get(job_id)
             report = outcome["report"] if outcome else None
             made = 0
@@ -281,8 +354,11 @@ class RealGavel:
             name = self.layout.worker_types[j]
             if report is None:
                 lost.append(job_id)
-                detail = "no report" if outcome is None else f"exit {outcome['exit']}"
-                self.event_rows.append((end, "job_failed", job_id, detail))
+                if agent.name in ending:
+                    self.event_rows.append((ending[agent.name], "preempt", job_id, "evicted"))
+                else:
+                    detail = "no report" if outcome is None else f"exit {outcome['exit']}"
+                    self.event_rows.append((end, "job_failed", job_id, detail))
             else:
                 made = int(report["end_step"]) - self.known_step[job_id]
                 self.known_step[job_id] = int(report["end_step"])
@@ -291,20 +367,23 @@ class RealGavel:
                     del self.live[job_id]
                 job_end = start + float(outcome["elapsed_s"])
                 if report["seconds"] > 0 and report["end_step"] > report["start_step"]:
-                    self.scheduler.observe_throughput(job_id, j, report["throughput"], ONLINE_SMOOTHING)
+                    rates[job_id] = float(report["throughput"])
                 if report["end_step"] < by_id[job_id].spec.total_steps:  # the lease ran its full time
                     full = True
                     spent = float(outcome["elapsed_s"]) - float(report["seconds"])
                     self.lease_time.observe(name, renew, spent)
             self.first_start.setdefault(job_id, start)
-            seconds[i] = job_end - start
+            seconds[i] = max(seconds[i], job_end - start)
             steps[job_id] = float(made)
             consolidated = bool(plan.consolidated[i])
+            key = plan.job_ids[i]
+            partner = key[1 - key.index(job_id)] if len(key) == 2 else -1
             self.round_rows.append(
-                [r, start, job_end, job_id, name, len(gpus), consolidated, renew, float(made), -1]
+                [r, start, job_end, job_id, name, len(gpus), consolidated, renew, float(made), partner]
             )
             if self.known_step[job_id] >= by_id[job_id].spec.total_steps:
                 finished.append((job_end, job_id))
+        self._observe(plan, rates)
         if full:
             # A round in which some lease ran its full time lasts at least round_s, as the simulator's
             # rounds (and Gavel's fixed ones) do: leases are sized by a learned restart overhead, and
@@ -315,7 +394,13 @@ class RealGavel:
             end = max(end, self.now())
         self.scheduler.record_round(plan, seconds, steps, end - start)
         for job_id in lost:
-            self._roll_back(job_id)
+            lost_steps = self._roll_back(job_id)
+            i, _, _, gpus, agent, _ = next(p for p in placed if p[1] == job_id)
+            if self.market is not None and agent.name in ending:
+                t = ending[agent.name]
+                workers = [w for w, a in self.agent_of_worker.items() if a is agent]
+                held = len(gpus) * (t - start) / len(plan.job_ids[i])
+                self.market.record_preemption(t, job_id, workers, float(lost_steps), held)
         for job_id in [job_id for job_id, live in self.live.items() if live.agent in self.lost_agents]:
             self._roll_back(job_id)
         self.lost_agents.clear()
@@ -324,21 +409,52 @@ class RealGavel:
             self.scheduler.remove_job(job_id)
             self.event_rows.append((t, "complete", job_id, ""))
 
+    def _observe(self, plan: RoundPlan, rates: dict[int, float]) -> None:
+        """Measured rates feed the policy: a job alone on its workers its own throughput, a pair sharing
+        GPUs (both measured) the pair's (the simulator observes through the same two calls)."""
+        for key, j in zip(plan.job_ids, plan.worker_types.tolist(), strict=True):
+            if len(key) == 1 and key[0] in rates:
+                self.scheduler.observe_throughput(key[0], j, rates[key[0]], ONLINE_SMOOTHING)
+            elif len(key) == 2 and all(m in rates for m in key):
+                pair = (rates[key[0]], rates[key[1]])
+                self.scheduler.observe_pair(key, j, pair, ONLINE_SMOOTHING)
+
+    # --- the market ---------------------------------------------------------------------------------
+
+    def _terminations(self, plan: RoundPlan, start: float) -> dict[str, float]:
+        """Agents whose instance the market terminates before this round ends, and when (run seconds)."""
+        if self.market is None:
+            return {}
+        cut = self.market.cut_times(plan, start, self.scenario.mechanism.round_s)
+        ending: dict[str, float] = {}
+        for c in np.flatnonzero(np.isfinite(cut)).tolist():
+            for w in self.market.workers_of(plan, c):
+                lease = self.market.workers[w].lease_at(start)
+                if lease is not None and lease.ended_s == cut[c]:
+                    ending[self.agent_of_worker[w].name] = float(cut[c])
+        return ending
+
+    def _terminate(self, agent: Agent) -> None:
+        """The instance is gone: its agent dies, and its job processes with it (parent-death signal)."""
+        if agent.process is not None and agent.process.poll() is None:
+            agent.process.kill()
+
     def _placements(self, plan: RoundPlan) -> list[tuple[int, int, int, tuple[int, ...], Agent, bool]]:
-        """Each lease of the plan: (plan index, job, worker type, GPUs, agent, renewed). A lease is renewed
-        exactly when the scheduler's plan says so; its process is then the one already on those GPUs,
-        since every process that died was reported to the scheduler (:meth:`_roll_back`)."""
+        """Each lease of the plan: (plan index, job, worker type, GPUs, agent, renewed); the two jobs of a
+        shared combination get one lease each, on the same GPUs. A lease is renewed exactly when the
+        scheduler's plan says so; its process is then the one already on those GPUs, since every process
+        that died was reported to the scheduler (:meth:`_roll_back`)."""
         placed = []
         for i, (key, j, gpus) in enumerate(zip(plan.job_ids, plan.worker_types, plan.gpus, strict=True)):
-            k = self.layout.gpus_per_server[int(j)]
-            agent = next(a for a in self.agents if a.worker_type == int(j) and a.server == gpus[0] // k)
+            agent = self._agent_for(int(j), tuple(gpus))
             renew = bool(plan.renewed[i])
-            live = self.live.get(key[0])
-            if renew and (live is None or (live.agent, live.gpus) != (agent.name, tuple(gpus))):
-                raise RuntimeError(
-                    f"round plan renews job {key[0]}'s lease on {gpus}, where it has no process"
-                )
-            placed.append((i, key[0], int(j), tuple(gpus), agent, renew))
+            for job_id in key:
+                live = self.live.get(job_id)
+                if renew and (live is None or (live.agent, live.gpus) != (agent.name, tuple(gpus))):
+                    raise RuntimeError(
+                        f"round plan renews job {job_id}'s lease on {gpus}, where it has no process"
+                    )
+                placed.append((i, job_id, int(j), tuple(gpus), agent, renew))
         return placed
 
     def _stop_unrenewed(self, renewed: set[int], r: int) -> None:
@@ -361,14 +477,15 @@ class RealGavel:
                 self.event_rows.append((self.now(), "job_failed", job_id, "no checkpoint at the lease's end"))
                 self._roll_back(job_id)
 
-    def _roll_back(self, job_id: int) -> None:
+    def _roll_back(self, job_id: int) -> int:
         """A job whose process died keeps only what its checkpoint holds: the steps it made since its last
-        save (in renewed leases, held in memory) are taken back from the rounds that credited them."""
+        save (in renewed leases, held in memory) are taken back from the rounds that credited them.
+        Returns how many."""
         self.live.pop(job_id, None)
         self.scheduler.lease_lost(job_id)
         lost = self.known_step[job_id] - self.saved_step[job_id]
         if lost <= 0:
-            return
+            return 0
         self.known_step[job_id] = self.saved_step[job_id]
         self.scheduler.record_progress(job_id, -float(lost))
         left = float(lost)
@@ -378,6 +495,7 @@ class RealGavel:
                 row[ROW_STEPS] -= taken
                 left -= taken
         self.event_rows.append((self.now(), "rolled_back", job_id, f"{lost} steps since its checkpoint"))
+        return lost
 
     # --- agents -------------------------------------------------------------------------------------
 
@@ -432,7 +550,14 @@ class RealGavel:
         rounds = pd.DataFrame([tuple(row) for row in self.round_rows], columns=list(GAVEL_TABLES["rounds"]))
         events = pd.DataFrame(self.event_rows, columns=list(GAVEL_TABLES["events"]))
         rounds, events = rounds.astype(GAVEL_TABLES["rounds"]), events.astype(GAVEL_TABLES["events"])
-        return {"jobs": jobs, "rounds": rounds, "events": events}
+        tables = {"jobs": jobs, "rounds": rounds, "events": events}
+        if self.market is not None:
+            # The same fleet tables as the simulator's (scenarios.gavel_fleet): what the rounds' GPUs
+            # cost, and the fleet's bill up to the run's end.
+            rounds["cost_usd"] = self.market.held_cost(rounds)
+            rounds["worker_type"], rounds["spot"] = self.market.base_types(rounds["worker_type"])
+            tables.update(self.market.tables(self.end_s or self.now()))
+        return tables
 
 
 def run(

@@ -32,6 +32,7 @@ from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table
 
 if TYPE_CHECKING:
     from clustertwin.scenarios.gavel_fleet import MarketHook
+    from clustertwin.sim.gavel.host import HostModel
 
 Progress = Callable[[float, str], None]
 
@@ -67,6 +68,7 @@ class GavelSimulation:
         market: MarketHook | None = None,
         policy_throughputs: dict[int, np.ndarray] | None = None,
         scheduler: GavelScheduler | None = None,
+        host: HostModel | None = None,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
         believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``scenarios.gavel_fleet``)
@@ -75,7 +77,8 @@ class GavelSimulation:
         from the jobs' true throughputs; it then learns each job's rates from its rounds as the real
         backend does, while jobs move at the true ones. ``scheduler``: one built from a scenario
         (``scenarios.gavel_scheduler.build_scheduler``, as the real runtime builds its own), in place of
-        the one the other arguments describe."""
+        the one the other arguments describe. ``host`` (``sim.gavel.host``): the machine whose cores
+        the slots of some types share; jobs on it run slower together."""
         self.layout = layout
         self.jobs = sorted(jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         self.by_id = {j.spec.job_id: j for j in jobs}
@@ -90,6 +93,7 @@ class GavelSimulation:
             entity_weights=entity_weights,
         )
         self.colocation = colocation
+        self.host = host
         self.market = market
         self.policy_throughputs = policy_throughputs
         self.progress = progress
@@ -165,7 +169,14 @@ class GavelSimulation:
         charged = ~plan.renewed & (ran_before | self.mechanism.overhead_on_first_start)
         per_type = np.zeros(len(self.layout.worker_types))
         per_type[: len(self.mechanism.preemption_overhead_s)] = self.mechanism.preemption_overhead_s
-        overhead = np.where(charged, np.minimum(per_type[plan.worker_types], length), 0.0)
+        overhead = np.where(charged, per_type[plan.worker_types], 0.0)
+        if self.host is not None:
+            # Jobs on a shared host train, and restart, at the speed its cores allow them together.
+            gpus = np.array([len(g) for g in plan.gpus], dtype=float)[combo]
+            speed = self.host.speed(types, gpus)
+            rate = np.where(self.host.on_host[types], rate * speed, rate)
+            overhead = np.where(self.host.on_host[plan.worker_types], overhead / speed, overhead)
+        overhead = np.minimum(overhead, length)
         run = length - overhead[combo]
         left = self.remaining[jobs]
         finishes = (rate > 0) & (rate * run >= left)

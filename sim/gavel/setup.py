@@ -9,6 +9,7 @@ from clustertwin.scenarios.gavel_scheduler import setup
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.results import RunResult
 from clustertwin.sim.gavel.engine import GavelSimulation, MechanismConfig, Progress
+from clustertwin.sim.gavel.host import host_model
 
 
 def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulation:
@@ -31,6 +32,7 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
         scheduler=made.scheduler,
         market=made.market,
         policy_throughputs=made.believed,
+        host=host_model(scenario, made.layout, made.split.base if made.split else made.layout.worker_types),
     )
 
 
