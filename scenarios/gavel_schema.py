@@ -231,7 +231,8 @@ class RealWorker(_Strict):
 
 
 class Real(_Strict):
-    """The real backend's side of the scenario (ignored by the simulator)."""
+    """The real backend's side of the scenario. The simulator reads only what a busy slot asks of a
+    shared host's cores (``threads_per_cpu_worker``, ``slowdown``) when the cluster has a ``host``."""
 
     workers: dict[str, RealWorker]
     threads_per_cpu_worker: PositiveInt = 1
