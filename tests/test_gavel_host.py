@@ -70,3 +70,31 @@ def test_sharing_the_host_lengthens_the_simulated_run_and_room_leaves_it_alone()
     assert jct["shared"] > jct["alone"]
     for table in ("jobs", "rounds"):
         assert tables["roomy"][table].equals(tables["alone"][table])
+
+
+def test_profile_host_prints_the_efficiency_of_all_cores_busy(monkeypatch, capsys) -> None:
+    """The efficiency is the copies' mean steady rate over the lone process's: here the copies (the
+    third lease on) train at 8 steps/s where one alone (after its warm-up) trains at 10."""
+    import itertools
+    import threading
+    from types import SimpleNamespace
+
+    from clustertwin.runtime.gavel import host_profile
+
+    from clustertwin.cli import main
+
+    calls, lock = itertools.count(), threading.Lock()
+    monkeypatch.setattr(host_profile.os, "sched_getaffinity", lambda _pid: {0, 1})
+
+    def fake_lease(*_args):
+        with lock:
+            rate = 10.0 if next(calls) < 2 else 8.0
+        return SimpleNamespace(
+            report={"window_steps": int(rate * 3), "window_seconds": 3.0, "throughput": rate}
+        )
+
+    monkeypatch.setattr(host_profile, "run_job_lease", fake_lease)
+    assert main(["profile", str(REAL_CPU), "--host", "--seconds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "efficiency 0.800" in out
+    assert "host: {cores: 2, types: [cpu, cpu_slow], efficiency: 0.800}" in out
