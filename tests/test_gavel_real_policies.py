@@ -239,7 +239,9 @@ def market_files(tmp_path: Path, up_s: float, back_s: float) -> tuple[Path, Path
     return trace, table
 
 
-def market_scenario(tmp_path: Path, *overrides: str, up_s: float = 4.0, back_s: float = 14.0):
+def market_scenario(
+    tmp_path: Path, *overrides: str, up_s: float = 4.0, back_s: float = 14.0, jobs: list | None = None
+):
     trace, table = market_files(tmp_path, up_s, back_s)
     market = (
         f"market={{trace: {trace}, on_demand_prices: {table}, start: '2024-01-01T00:00:00Z',"
@@ -247,7 +249,7 @@ def market_scenario(tmp_path: Path, *overrides: str, up_s: float = 4.0, back_s: 
         " types: {cpu: {instance_type: cpu.large, zone: us-east-1a, spot: 1},"
         " cpu_slow: {instance_type: cpu.slow, zone: us-east-1a, on_demand: 1}}}"
     )
-    return tiny(tmp_path, market, "policy.params={aware: true}", *overrides)
+    return tiny(tmp_path, market, "policy.params={aware: true}", *overrides, jobs=jobs)
 
 
 def test_the_real_fleet_is_billed_by_the_simulators_code(tmp_path: Path) -> None:
@@ -275,7 +277,8 @@ def test_a_spot_instance_goes_away_and_its_job_resumes_elsewhere(tmp_path: Path)
     """The cpu instance is warned at 4 s and terminated at 7 s: from the first round after the warning
     no job runs on it (its job saved its checkpoint and moved to the on-demand cpu_slow instance), and
     the instance is back from 14 s. Every step is counted once, and the run bills the fleet."""
-    scenario = market_scenario(tmp_path)
+    # Jobs long enough (about 25 s each on an idle host) to be running when the warning comes.
+    scenario = market_scenario(tmp_path, jobs=[(LM, 1500), (REC, 3000)])
     real, _ = _real(scenario, tmp_path)
     tables = real.run().tables
     rounds, events = tables["rounds"], tables["events"]
