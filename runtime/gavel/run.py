@@ -140,9 +140,8 @@ class RealGavel:
         self.lost_agents: set[str] = set()
         # What a round really loses per worker type, started afresh (process start-up, checkpoint load and
         # save) or renewed: leases are sized by it, so that a lease plus its overhead fills the round.
-        self.lease_time = LeaseTime(
-            m.round_s, {t: scenario.overhead_s(t) for t in self.layout.worker_types}, ONLINE_SMOOTHING
-        )
+        overheads = dict(zip(self.layout.worker_types, made.overheads, strict=True))  # per scheduler type
+        self.lease_time = LeaseTime(m.round_s, overheads, ONLINE_SMOOTHING)
 
     # --- set-up -------------------------------------------------------------------------------------
 
