@@ -35,7 +35,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,7 +45,7 @@ from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.lease_time import LeaseTime
 from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, RoundPlan
 from clustertwin.runtime.cores import format_slots, slot_cores
-from clustertwin.runtime.gavel.control import ControlPlane
+from clustertwin.runtime.gavel.control import POLL_S, ControlPlane
 from clustertwin.runtime.launch import die_with_parent
 from clustertwin.scenarios.gavel_scheduler import setup
 from clustertwin.scenarios.gavel_schema import Scenario
@@ -308,31 +307,22 @@ class RealGavel:
                 "log": str(self.workdir / "logs" / f"job{job_id}.log"),
             })  # fmt: skip
         start = self.now()
-        # Instances the market terminates before the round ends: their agents (and the jobs on them) are
-        # killed then, as a terminated instance's processes are.
+        # When the market terminates the instances this round uses: an agent still busy then is killed
+        # (and the jobs on it), as a terminated instance's processes are, even in a round that overruns.
         ending = self._terminations(plan, start)
         for agent in self.agents:
             self.control.put(
                 f"plan/{r}/{agent.name}",
                 {"jobs": per_agent[agent.name], "deadline_s": m.round_s + real.grace_s},
             )
-        timers = [
-            threading.Timer(max(t - self.now(), 0.0), self._terminate, (self.agents_by_name[name],))
-            for name, t in ending.items()
-        ]
-        for timer in timers:
-            timer.start()
         deadline = time.monotonic() + m.round_s + real.grace_s + 10.0
         keys = {f"done/{r}/{a.name}": a for a in self.agents}
-        done = self.control.wait_for([k for k, a in keys.items() if a.name not in ending], deadline)
-        for timer in timers:
-            timer.join()
+        done, gone = self._wait_round(keys, deadline, ending)
+        ending = {name: t for name, t in ending.items() if name in gone}
         outcomes = {}
         for key, agent in keys.items():
-            if key not in done and agent.name in ending and self.control.has(key):
-                done[key] = self.control.get(key)  # its jobs were done before the instance went
             if key not in done:
-                kind = "evicted" if agent.name in ending else "agent_lost"
+                kind = "evicted" if agent.name in gone else "agent_lost"
                 self.event_rows.append((self.now(), kind, -1, agent.name))
                 self._restart(agent, r + 1)
                 continue
@@ -421,22 +411,38 @@ class RealGavel:
     # --- the market ---------------------------------------------------------------------------------
 
     def _terminations(self, plan: RoundPlan, start: float) -> dict[str, float]:
-        """Agents whose instance the market terminates before this round ends, and when (run seconds)."""
+        """Agents of the instances this round uses that the market terminates, and when (run seconds)."""
         if self.market is None:
             return {}
-        cut = self.market.cut_times(plan, start, self.scenario.mechanism.round_s)
         ending: dict[str, float] = {}
-        for c in np.flatnonzero(np.isfinite(cut)).tolist():
+        for c in range(len(plan)):
             for w in self.market.workers_of(plan, c):
                 lease = self.market.workers[w].lease_at(start)
-                if lease is not None and lease.ended_s == cut[c]:
-                    ending[self.agent_of_worker[w].name] = float(cut[c])
+                if lease is not None and np.isfinite(lease.ended_s):
+                    ending[self.agent_of_worker[w].name] = float(lease.ended_s)
         return ending
 
-    def _terminate(self, agent: Agent) -> None:
-        """The instance is gone: its agent dies, and its job processes with it (parent-death signal)."""
-        if agent.process is not None and agent.process.poll() is None:
-            agent.process.kill()
+    def _wait_round(
+        self, keys: dict[str, Agent], deadline: float, ending: dict[str, float]
+    ) -> tuple[dict[str, list], set[str]]:
+        """Each agent's report of the round, until every agent has reported, or been terminated with its
+        instance (``ending``: the names of the agents whose instance goes, and when), or the deadline."""
+        found: dict[str, list] = {}
+        gone: set[str] = set()
+        while True:
+            for key, agent in keys.items():
+                if key in found or agent.name in gone:
+                    continue
+                if self.control.has(key):
+                    found[key] = self.control.get(key)
+                elif agent.name in ending and self.now() >= ending[agent.name]:
+                    # The instance is gone: its agent dies, and its jobs with it (parent-death signal).
+                    if agent.process is not None and agent.process.poll() is None:
+                        agent.process.kill()
+                    gone.add(agent.name)
+            if len(found) + len(gone) == len(keys) or time.monotonic() >= deadline:
+                return found, gone
+            time.sleep(POLL_S)
 
     def _placements(self, plan: RoundPlan) -> list[tuple[int, int, int, tuple[int, ...], Agent, bool]]:
         """Each lease of the plan: (plan index, job, worker type, GPUs, agent, renewed); the two jobs of a
