@@ -274,9 +274,10 @@ def test_the_real_fleet_is_billed_by_the_simulators_code(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_a_spot_instance_goes_away_and_its_job_resumes_elsewhere(tmp_path: Path) -> None:
-    """The cpu instance is warned at 4 s and terminated at 7 s: from the first round after the warning
-    no job runs on it (its job saved its checkpoint and moved to the on-demand cpu_slow instance), and
-    the instance is back from 14 s. Every step is counted once, and the run bills the fleet."""
+    """The cpu instance is warned at 4 s and terminated at 7 s: no round starts on it until it is back at
+    14 s (a job on it either saved its checkpoint at the next round and moved to the on-demand cpu_slow
+    instance, or, in a round still running at 7 s, died with the instance and resumed from its
+    checkpoint). Every step is counted once, every job finishes, and the run bills the fleet."""
     # Jobs long enough (about 25 s each on an idle host) to be running when the warning comes.
     scenario = market_scenario(tmp_path, jobs=[(LM, 1500), (REC, 3000)])
     real, _ = _real(scenario, tmp_path)
@@ -287,7 +288,9 @@ def test_a_spot_instance_goes_away_and_its_job_resumes_elsewhere(tmp_path: Path)
     check_steps_conserved(tables["jobs"], rounds)
     on_spot = rounds[rounds["spot"]]
     assert not ((on_spot["start_s"] >= 4.0) & (on_spot["start_s"] < 14.0)).any()
-    assert (events["kind"] == "market").any()
+    # The instance left the scheduler's view (warned before a round: a `market` event) or went down under
+    # a running round (`evicted`, its jobs `preempt`ed): which one depends on how long rounds take.
+    assert {"market", "evicted"} & set(events["kind"])
     assert tables["evictions"]["terminated_s"].tolist() == [7.0]
     spot_jobs = set(on_spot.loc[on_spot["start_s"] < 4.0, "job_id"])
     for job_id in spot_jobs:  # it ran on after the warning, elsewhere or back on the instance
