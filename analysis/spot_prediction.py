@@ -41,9 +41,9 @@ from clustertwin.policies.spot.billing import BillingModel
 from clustertwin.runtime.spot.driver import EvictionEvent, schedule
 from clustertwin.scenarios.results import RunResult
 from clustertwin.scenarios.spot_real_results import PREDICTED_EVICTION_COLUMNS, to_frame
+from clustertwin.scenarios.spot_replay import MarketReplay
 from clustertwin.scenarios.spot_schema import SpotScenario
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
-from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 
 RELIABLE, TRANSIENT = "reliable", "transient"

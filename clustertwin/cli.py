@@ -190,6 +190,12 @@ def _parser() -> argparse.ArgumentParser:
         help="measure each pair while every other CPU worker slot trains a background job, as in a real"
         " run's steady state (default: each pair alone on the machine)",
     )
+    profile.add_argument(
+        "--host",
+        action="store_true",
+        help="instead, measure how this host's busy cores slow each other down: print the scenario's"
+        " cluster.host line (cores and efficiency) for the simulator",
+    )
     profile.set_defaults(handler=_profile)
 
     sweep = commands.add_parser("sweep", help="run a grid of simulations on Ray (local, or a cluster)")
@@ -420,7 +426,7 @@ def _profile(args: argparse.Namespace) -> int:
         raise InputError(args.scenario, f"no profiling for scenario kind {spec.name} yet")
     request = ProfileRequest(
         args.scenario, tuple(args.overrides), args.out, None if args.steps is not None else args.seconds,
-        args.steps, args.repeats, args.under_load,
+        args.steps, args.repeats, args.under_load, args.host,
     )  # fmt: skip
     return spec.profile(request)
 

@@ -18,6 +18,8 @@ def profile_gavel(request: ProfileRequest) -> int:
     """Profile, print the table and the written files; 1 when a job failed."""
     length = {"steps": request.steps} if request.steps is not None else {"seconds": request.seconds}
     scenario = profile.load_for_profiling(request.scenario, request.overrides)
+    if request.host:
+        return _profile_host(scenario, request.seconds or 6.0)
     out = request.out or profile.default_output(request.scenario)
     profile.check_output(out)
     todo, skipped = profile.plan(scenario)  # every input check, before the first job process starts
@@ -61,3 +63,21 @@ def _measured(row: ProfileRow) -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+def _profile_host(scenario, seconds: float) -> int:
+    from clustertwin.runtime.gavel.host_profile import measure_host
+
+    try:
+        measured = measure_host(scenario, seconds)
+    except profile.ProfileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(
+        f"{measured.job_type}: {measured.alone:.4g} steps/s alone, {measured.together:.4g} each with"
+        f" {measured.processes} at once on {measured.cores} cores: efficiency {measured.efficiency:.3f}"
+    )
+    real = scenario.real
+    types = [t for t, w in (real.workers.items() if real else ()) if w.device == "cpu"]
+    print("cluster:\n  " + measured.yaml(types))
+    return 0

@@ -122,7 +122,12 @@ def _first_line(obj: object) -> str:
 
 
 class AllocationPolicy(Protocol):
-    """A Gavel-level policy: active jobs and accelerator counts in, allocation matrix X out."""
+    """A Gavel-level policy: active jobs and accelerator counts in, allocation matrix X out.
+
+    A policy that reads optional inputs of ``AllocationInput`` names them in a ``needs`` attribute
+    (``prices``, ``budget``, ``entities``), so that a scenario lacking one, or giving one no policy reads,
+    is refused when the scheduler is built rather than at the first allocation.
+    """
 
     name: str
 

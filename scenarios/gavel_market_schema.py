@@ -6,7 +6,7 @@ recompute. This section replays a real price trace under that model, with the ma
 Proteus work ([Proteus] §2–§3: bids, eviction when the price exceeds the bid, a warning, billing schemes).
 
 Checks that need the trace or the on-demand table (an instance type without prices, a start outside the
-trace) are made when the run is built (``sim.gavel.market.build_market``) and name the field too.
+trace) are made when the run is built (``scenarios.gavel_fleet.build_market``) and name the field too.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class GavelMarket(_Strict):
     request_delay_s: NonNegativeFloat = 60.0  # a re-request is granted (if the bid still holds) after this
     boot_s: NonNegativeFloat = 120.0  # a granted instance is billed while it boots, usable after it
     # The run may go at most this far past a spot market's last price row (AWS records only changes);
-    # further is an error (sim.spot.market.check_coverage), not the last price forever.
+    # further is an error (scenarios.spot_replay.check_coverage), not the last price forever.
     max_stale_h: PositiveFloat = 48.0
     types: dict[str, MarketType]
 

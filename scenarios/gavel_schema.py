@@ -70,12 +70,26 @@ class ScenarioBase(_Strict):
         return self._source
 
 
+class Host(_Strict):
+    """One machine whose CPU cores the worker slots of some types share (the real backend's CPU workers,
+    and each GPU job's host thread, on one host). The simulator slows every job on it by the share of a
+    core its processes get while the host is oversubscribed (``sim.gavel.host``)."""
+
+    cores: PositiveFloat  # the host's cores (logical CPUs the slots may run on)
+    types: list[str]  # worker types whose slots live on this host
+    # What a busy core delivers when every core is busy, relative to one busy core alone (memory
+    # bandwidth, caches, turbo): measured by `clustertwin profile --host`; 1.0: cores do not interfere.
+    efficiency: Annotated[float, Field(gt=0, le=1)] = 1.0
+
+
 class Cluster(_Strict):
     """Accelerators by worker type, packed into servers of equal size per type."""
 
     gpus: dict[str, NonNegativeInt]
     gpus_per_server: ServerSize = 4
     prices: dict[str, NonNegativeFloat] | None = None  # $ per GPU-hour, for cost metrics
+    # The machine the slots of some worker types share (null: every slot has its own resources).
+    host: Host | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Cluster:
@@ -95,6 +109,13 @@ class Cluster(_Strict):
                 raise ValueError(
                     f"gpus.{worker_type}={count} is not a multiple of gpus_per_server={per_server}"
                     " (servers are whole); change either value"
+                )
+        if self.host is not None:
+            unknown = sorted(set(self.host.types) - set(self.gpus))
+            if unknown or not self.host.types:
+                raise ValueError(
+                    f"host.types must name worker types of gpus ({', '.join(self.gpus)});"
+                    f" unknown: {unknown or 'none given'}"
                 )
         if self.prices is not None and set(self.prices) != set(self.gpus):
             raise ValueError(
@@ -208,6 +229,9 @@ class Policy(_Strict):
 
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
+    # The run's total spend for makespan_budget ([Narayanan] §6.4.3): each allocation plans with what is
+    # left of it after the rounds so far, at the prices in effect (cluster.prices or the market's).
+    budget_usd: PositiveFloat | None = None
 
 
 class Mechanism(_Strict):
@@ -245,7 +269,8 @@ class RealWorker(_Strict):
 
 
 class Real(_Strict):
-    """The real backend's side of the scenario (ignored by the simulator)."""
+    """The real backend's side of the scenario. The simulator reads only what a busy slot asks of a
+    shared host's cores (``threads_per_cpu_worker``, ``slowdown``) when the cluster has a ``host``."""
 
     workers: dict[str, RealWorker]
     threads_per_cpu_worker: PositiveInt = 1

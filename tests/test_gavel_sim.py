@@ -193,7 +193,7 @@ def test_estimated_colocation_beats_guessing(tmp_path: Path) -> None:
     """§5.3.3 / Fig. 5.16: profiled-and-completed pair estimates are closer to the truth than a random
     reference's row (leave-one-out, so no job type is its own reference)."""
     from clustertwin.policies.gavel.scheduler import JobSpec
-    from clustertwin.sim.gavel.estimation import estimated_colocation, normalised_colocation
+    from clustertwin.scenarios.gavel_colocation import estimated_colocation, normalised_colocation
     from clustertwin.traces.gavel_throughputs import ThroughputTable
 
     table = ThroughputTable.bundled("simulation")

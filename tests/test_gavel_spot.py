@@ -18,11 +18,11 @@ from clustertwin.policies.bidbrain import PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionInputs, FaultToleranceSettings
 from clustertwin.policies.spot.billing import billing_model, lifetime_bill
+from clustertwin.scenarios.gavel_fleet import Lease, MarketHook, Worker, spot_leases
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import check_tables
-from clustertwin.sim.gavel.market import Lease, MarketHook, Worker, spot_leases
+from clustertwin.scenarios.spot_replay import MarketReplay
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
-from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -20,8 +20,8 @@ from clustertwin.policies.spot.billing import billing_model
 from clustertwin.runtime.spot.fleet import Boot, Fleet, Leave, MarketInputs
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.spot_real_section import REAL_MARKET_SCENARIO
+from clustertwin.scenarios.spot_replay import MarketReplay
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
-from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -14,11 +14,11 @@ from clustertwin.policies.spot import ACQUISITION, FAULT_TOLERANCE, AcquisitionI
 from clustertwin.policies.spot.billing import billing_model
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.results import RunResult
+from clustertwin.scenarios.spot_replay import MarketReplay
 from clustertwin.scenarios.spot_results import check_spot_tables, to_frame
 from clustertwin.scenarios.spot_schema import DEFAULT_SPOT_SCENARIO
 from clustertwin.sim.spot import run
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
-from clustertwin.sim.spot.market import MarketReplay
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -369,7 +369,7 @@ def test_json_zone_with_no_region_is_an_error(tmp_path: Path) -> None:
 
 def test_coverage_check_rejects_a_replay_outside_the_trace() -> None:
     from clustertwin.policies.bidbrain import PriceSeries
-    from clustertwin.sim.spot.market import check_coverage
+    from clustertwin.scenarios.spot_replay import check_coverage
 
     series = {("p2.xlarge", "us-east-1a"): PriceSeries(np.array([0.0, 3600.0]), np.array([0.3, 0.4]))}
     check_coverage(series, 0.0, 3600.0 + 7200.0, 7200.0, "here")  # exactly max_stale past: fine

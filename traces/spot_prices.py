@@ -43,7 +43,7 @@ Bad traces are errors or documented repairs, never a silently wrong price:
   market with rows in two regions: :class:`InputError` naming the line(s).
 * **gaps**: AWS records only changes, so a market's price holds until its next row; the loader cannot
   tell a quiet market from missing data. The replays decide: a run may not go past a market's last row
-  by more than ``market.max_stale_h`` (spot and Gavel scenarios; ``sim.spot.market.check_coverage``),
+  by more than ``market.max_stale_h`` (spot and Gavel scenarios; ``scenarios.spot_replay.check_coverage``),
   nor start before the market's first row.
 """
 

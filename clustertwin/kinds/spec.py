@@ -68,6 +68,7 @@ class ProfileRequest:
     steps: int | None
     repeats: int
     under_load: bool
+    host: bool = False  # measure the host's cores together (cluster.host.efficiency) instead
 
 
 @dataclass(frozen=True)

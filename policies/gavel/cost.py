@@ -85,6 +85,7 @@ class MinCost:
 
     space_sharing: bool = False
     name: ClassVar[str] = "min_cost"
+    needs: ClassVar[tuple[str, ...]] = ("prices",)
 
     def allocate(self, inp: AllocationInput, rng: np.random.Generator) -> Allocation:
         inp.require("prices")
@@ -99,6 +100,7 @@ class MinCostSLO:
 
     space_sharing: bool = False
     name: ClassVar[str] = "min_cost_slo"
+    needs: ClassVar[tuple[str, ...]] = ("prices",)
 
     def allocate(self, inp: AllocationInput, rng: np.random.Generator) -> Allocation:
         inp.require("prices", "remaining_steps", "slo_deadlines")
@@ -117,6 +119,7 @@ class MakespanBudget:
 
     space_sharing: bool = False
     name: ClassVar[str] = "makespan_budget"
+    needs: ClassVar[tuple[str, ...]] = ("prices", "budget")
 
     def allocate(self, inp: AllocationInput, rng: np.random.Generator) -> Allocation:
         inp.require("prices", "remaining_steps", "budget")

@@ -50,7 +50,7 @@ class AllocationInput:
     iso_elapsed: np.ndarray | None = None  # (n,) FTF's t^iso_m, accumulated by the caller
     slo_deadlines: np.ndarray | None = None  # (n,) absolute deadline in seconds, inf when none
     prices: np.ndarray | None = None  # (k,) $/hour of one accelerator of each type
-    budget: float | None = None  # $/hour for makespan-under-budget
+    budget: float | None = None  # $ left for the remaining work (makespan under a budget, §6.4.3)
     entities: np.ndarray | None = None  # (n,) entity id per job (hierarchical policies)
     entity_weights: dict[int, float] = field(default_factory=dict)
     pairs: PairCandidates | None = None

@@ -9,6 +9,14 @@ Bookkeeping follows the artifact: allocation resets are triggered by arrivals an
 rate-limited to one per ``min_reset_interval_s``; at a reset each combination's deficit accumulates
 ``X·elapsed − received`` and its received time restarts at half a round on every type, as does a newly
 added job's.
+
+A budget (``makespan_budget``, [Narayanan] §6.4.3) is the run's total: each reset plans with what is left
+of it, the budget less what the rounds so far held at the prices in effect (pay-per-use, Gavel's
+``Σ price × GPU-time``).
+
+Space sharing plans with the colocation oracle's pair throughputs until a pair is measured: a shared
+round's measured rates (``observe_pair``) are blended into what the policy plans that pair with, as single
+jobs' are (§5.3.3: throughputs are measured online as jobs run).
 """
 
 from __future__ import annotations
@@ -119,6 +127,8 @@ class GavelScheduler:
         self.prices = prices
         self.entity_weights = entity_weights or {}
         self.budget = budget
+        self.spent_usd = 0.0  # what the rounds so far held, at the prices in effect (the budget's use)
+        self.measured_pairs: dict[tuple[int, int], np.ndarray] = {}  # (a, b) -> (k, 2) steps/s
         self.aware = bool(getattr(policy, "aware", True))
         self.space_sharing = bool(getattr(policy, "space_sharing", False)) and colocation is not None
         self.jobs: dict[int, _JobState] = {}
@@ -170,6 +180,7 @@ class GavelScheduler:
     def remove_job(self, job_id: int) -> None:
         del self.jobs[job_id]
         self.combos.drop_job(job_id)
+        self.measured_pairs = {k: v for k, v in self.measured_pairs.items() if job_id not in k}
         self._dirty = True
 
     def record_round(
@@ -181,6 +192,10 @@ class GavelScheduler:
         """
         for job_id, n in steps.items():
             self.jobs[job_id].steps_done += n
+        if self.prices is not None:
+            gpus = np.array([len(g) for g in plan.gpus], dtype=float)
+            held = np.asarray(self.prices, dtype=float)[np.asarray(plan.worker_types, dtype=np.int64)]
+            self.spent_usd += float(np.sum(held * gpus * np.asarray(seconds, dtype=float)) / 3600.0)
         self.combos.record_round(
             plan.rows,
             plan.worker_types,
@@ -200,6 +215,25 @@ class GavelScheduler:
         row = np.array(state.spec.throughputs, dtype=float)
         row[worker_type] = smoothing * measured + (1.0 - smoothing) * row[worker_type]
         state.spec = replace(state.spec, throughputs=row)
+
+    def observe_pair(
+        self, jobs: tuple[int, int], worker_type: int, measured: tuple[float, float], smoothing: float
+    ) -> None:
+        """Two jobs' measured throughputs (steps/s) while they shared GPUs of a type, blended into the
+        pair throughputs the policy plans with (as :meth:`observe_throughput` does for one job); it
+        takes effect at the next allocation reset."""
+        a, b = jobs
+        if a not in self.jobs or b not in self.jobs or self.colocation is None:
+            return
+        key, values = ((a, b), measured) if a < b else ((b, a), measured[::-1])
+        row = self.measured_pairs.get(key)
+        if row is None:
+            believed = self.colocation(self.jobs[key[0]].spec, self.jobs[key[1]].spec)
+            row = np.zeros((self.layout_k, 2)) if believed is None else np.array(believed, dtype=float)
+        row = row.copy()
+        old = row[worker_type]
+        row[worker_type] = np.where(old > 0, smoothing * np.asarray(values) + (1.0 - smoothing) * old, values)
+        self.measured_pairs[key] = row
 
     def record_progress(self, job_id: int, steps: float) -> None:
         """Progress outside rounds (the ideal mechanism)."""
@@ -329,7 +363,7 @@ class GavelScheduler:
             iso_elapsed=np.array([s.iso_elapsed for s in states]),
             slo_deadlines=np.array([s.slo_deadline_s for s in specs]),
             prices=self.prices,
-            budget=self.budget,
+            budget=None if self.budget is None else max(self.budget - self.spent_usd, 0.0),
             entities=entities,
             entity_weights=self.entity_weights,
             pairs=self._pair_candidates(specs) if self.space_sharing else None,
@@ -346,6 +380,17 @@ class GavelScheduler:
                 state.iso_elapsed += progressed / tau_iso[row]
             state.steps_at_reset = state.steps_done
 
+    def _pair_throughputs(self, a: JobSpec, b: JobSpec) -> np.ndarray | None:
+        """(k, 2) pair throughputs of ``a`` and ``b`` (in that order): measured, else the oracle's."""
+        measured = self.measured_pairs.get((a.job_id, b.job_id))
+        if measured is not None:
+            return measured
+        measured = self.measured_pairs.get((b.job_id, a.job_id))
+        if measured is not None:
+            return measured[:, ::-1]
+        assert self.colocation is not None
+        return self.colocation(a, b)
+
     def _pair_candidates(self, specs: list[JobSpec]) -> PairCandidates | None:
         """Same-scale-factor pairs whose shared throughput beats time-sharing, best first (§5.3.1)."""
         assert self.colocation is not None
@@ -354,7 +399,7 @@ class GavelScheduler:
             for b in range(a + 1, len(specs)):
                 if specs[a].scale_factor != specs[b].scale_factor:
                     continue
-                pair = self.colocation(specs[a], specs[b])
+                pair = self._pair_throughputs(specs[a], specs[b])
                 if pair is None:
                     continue
                 with np.errstate(divide="ignore", invalid="ignore"):

@@ -268,6 +268,7 @@ class HierarchicalPolicy:
     """
 
     name = "hierarchical"
+    needs = ("entities",)
 
     def __init__(self, aware: bool = True, inner: Inner = "fairness") -> None:
         if inner not in ("fairness", "fifo"):

@@ -39,27 +39,38 @@ import numpy as np
 import pandas as pd
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.lease_time import LeaseTime
-from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, RoundPlan, SchedulerConfig
-from clustertwin.policies.registry import make_policy
+from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, JobSpec, RoundPlan
 from clustertwin.runtime.gavel.agent import BUILTIN
 from clustertwin.runtime.gavel.control import SECRET_ENV, ControlServer, new_secret, read_secret
 from clustertwin.runtime.gavel.fleet import Agent, Fleet
 from clustertwin.runtime.gavel.journal import Journal
+from clustertwin.scenarios.gavel_scheduler import setup
 from clustertwin.scenarios.gavel_schema import Scenario
-from clustertwin.scenarios.gavel_workload import (
-    GavelJob,
-    cluster_layout,
-    gavel_jobs,
-    jobs_table,
-    load_table,
-    trace_jobs,
-)
+from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table, trace_jobs
 from clustertwin.scenarios.results import GAVEL_TABLES, RunResult
 
 from clustertwin.atomic import write_parquet
 from clustertwin.errors import InputError
 
 ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"])
+
+
+def refuse_unsupported(scenario: Scenario) -> None:
+    """Scenario settings the real backend cannot honour, refused by field rather than ignored."""
+    where = scenario.source
+    if scenario.real is None:
+        raise InputError(f"{where}: field real", "the real backend needs a `real:` section")
+    if scenario.mechanism.ideal:
+        raise InputError(
+            f"{where}: field mechanism.ideal",
+            "the ideal mechanism (exact time fractions, no rounds) exists only in simulation; real jobs run"
+            " in rounds (mechanism.ideal: false)",
+        )
+    if scenario.market is not None:
+        raise InputError(
+            f"{where}: field market",
+            "a market fleet runs in simulation only; for real, give the cluster's fixed worker counts",
+        )
 
 
 @dataclass
@@ -85,8 +96,6 @@ class RealGavel:
         """``snapshot_dir``: where the event tables so far (and the journal) are rewritten after every
         round, so that a run killed part-way keeps what it finished (the final, complete folder is written
         by the caller); ``resume``: continue from the journal there."""
-        if scenario.real is None:
-            raise InputError(f"{scenario.source}: field real", "the real backend needs a `real:` section")
         # Absolute: jobs run in their own working directories, agents perhaps on other machines.
         self.scenario, self.workdir, self.progress = scenario, workdir.absolute(), progress
         self.snapshot_dir = snapshot_dir
@@ -95,21 +104,19 @@ class RealGavel:
             where = snapshot_dir if snapshot_dir is not None else "the run"
             raise InputError(f"{where}", "--resume: no journal of an earlier run of this scenario there")
         self.resume = resume
-        table = load_table(scenario)
-        self.layout: ClusterLayout = cluster_layout(scenario, table)
-        jobs, origin = trace_jobs(scenario, table)
-        self.jobs: list[GavelJob] = gavel_jobs(scenario, table, self.layout, jobs, origin)
-        self.catalog = self._catalog(origin, jobs)
-        policy = make_policy(scenario.policy.name, **scenario.policy.params)
-        if getattr(policy, "space_sharing", False):
+        refuse_unsupported(scenario)
+        made = setup(scenario)  # the simulator's construction: prices, budget, entity weights
+        if getattr(made.policy, "space_sharing", False):
             raise InputError(
-                f"{scenario.source}: field policy", "space sharing is not supported for real yet"
+                f"{scenario.source}: field policy",
+                f"{scenario.policy.name} plans space sharing, which runs in simulation only for now",
             )
+        self.layout: ClusterLayout = made.layout
+        self.jobs: list[GavelJob] = made.jobs
+        self.believed = made.believed
+        self.catalog = self._catalog(made.origin, trace_jobs(scenario, made.table)[0])
+        self.scheduler: GavelScheduler = made.scheduler
         m = scenario.mechanism
-        self.scheduler = GavelScheduler(
-            self.layout, policy, np.random.default_rng(scenario.seed),
-            SchedulerConfig(m.round_s, m.min_reset_interval_s),
-        )  # fmt: skip
         self.round_rows: list[tuple] = []
         self.event_rows: list[tuple] = []
         self.completion: dict[int, float] = {}
@@ -130,6 +137,14 @@ class RealGavel:
         )
 
     # --- set-up -------------------------------------------------------------------------------------
+
+    def _planned(self, job: GavelJob, scale: float) -> JobSpec:
+        """The job as the scheduler plans it: at the scaled arrival time, with the throughputs it believes
+        (``mechanism.planned_throughputs``) where the scenario gives them."""
+        spec = job.spec
+        if self.believed is not None:
+            spec = replace(spec, throughputs=self.believed[spec.job_id])
+        return replace(spec, arrival_s=spec.arrival_s / scale)
 
     def _catalog(self, origin: str, trace: list) -> dict[str, dict]:
         """What an agent may run, by job id: the bundled stand-in of the job's type, or the job's own
@@ -224,12 +239,12 @@ class RealGavel:
         for job in sorted(self.jobs, key=lambda j: j.spec.job_id):  # resumed: back with their saved steps
             job_id = job.spec.job_id
             if job_id in admitted and job_id not in self.completion and job_id not in self.failed:
-                sched.add_job(replace(job.spec, arrival_s=job.spec.arrival_s / scale))
+                sched.add_job(self._planned(job, scale))
                 sched.record_progress(job_id, float(self.saved_step[job_id]))
         while len(self.completion) + len(self.failed) < len(self.jobs):
             while pending and pending[0].spec.arrival_s / scale <= self.now():
                 job = pending.pop(0)
-                sched.add_job(replace(job.spec, arrival_s=job.spec.arrival_s / scale))
+                sched.add_job(self._planned(job, scale))
                 admitted.add(job.spec.job_id)
                 self.event_rows.append((self.now(), "admit", job.spec.job_id, job.spec.job_type))
             if sched.reset_due(self.now()):

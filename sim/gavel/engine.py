@@ -31,7 +31,8 @@ from clustertwin.policies.registry import AllocationPolicy
 from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table
 
 if TYPE_CHECKING:
-    from clustertwin.sim.gavel.market import MarketHook
+    from clustertwin.scenarios.gavel_fleet import MarketHook
+    from clustertwin.sim.gavel.host import HostModel
 
 Progress = Callable[[float, str], None]
 
@@ -66,18 +67,23 @@ class GavelSimulation:
         policy_colocation: Colocation | None = None,
         market: MarketHook | None = None,
         policy_throughputs: dict[int, np.ndarray] | None = None,
+        scheduler: GavelScheduler | None = None,
+        host: HostModel | None = None,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
-        believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``sim.gavel.market``)
+        believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``scenarios.gavel_fleet``)
         makes the cluster a cloud fleet whose workers come and go with spot prices ([Narayanan] §6).
         ``policy_throughputs`` (job id → throughput row) is what the policy starts from when it differs
         from the jobs' true throughputs; it then learns each job's rates from its rounds as the real
-        backend does, while jobs move at the true ones."""
+        backend does, while jobs move at the true ones. ``scheduler``: one built from a scenario
+        (``scenarios.gavel_scheduler.build_scheduler``, as the real runtime builds its own), in place of
+        the one the other arguments describe. ``host`` (``sim.gavel.host``): the machine whose cores
+        the slots of some types share; jobs on it run slower together."""
         self.layout = layout
         self.jobs = sorted(jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         self.by_id = {j.spec.job_id: j for j in jobs}
         self.mechanism = mechanism
-        self.scheduler = GavelScheduler(
+        self.scheduler = scheduler or GavelScheduler(
             layout,
             policy,
             np.random.default_rng(seed),
@@ -87,6 +93,7 @@ class GavelSimulation:
             entity_weights=entity_weights,
         )
         self.colocation = colocation
+        self.host = host
         self.market = market
         self.policy_throughputs = policy_throughputs
         self.progress = progress
@@ -131,7 +138,7 @@ class GavelSimulation:
                 yield self.env.timeout(0)
             self._admit()
             if self.market is not None:
-                self.market.sync(self, self.env.now)
+                self.market.sync(self.scheduler, self.event_rows, self.env.now)
             if not sched.jobs:
                 job = yield self.arrived.get()
                 self._add(job)
@@ -162,7 +169,14 @@ class GavelSimulation:
         charged = ~plan.renewed & (ran_before | self.mechanism.overhead_on_first_start)
         per_type = np.zeros(len(self.layout.worker_types))
         per_type[: len(self.mechanism.preemption_overhead_s)] = self.mechanism.preemption_overhead_s
-        overhead = np.where(charged, np.minimum(per_type[plan.worker_types], length), 0.0)
+        overhead = np.where(charged, per_type[plan.worker_types], 0.0)
+        if self.host is not None:
+            # Jobs on a shared host train, and restart, at the speed its cores allow them together.
+            gpus = np.array([len(g) for g in plan.gpus], dtype=float)[combo]
+            speed = self.host.speed(types, gpus)
+            rate = np.where(self.host.on_host[types], rate * speed, rate)
+            overhead = np.where(self.host.on_host[plan.worker_types], overhead / speed, overhead)
+        overhead = np.minimum(overhead, length)
         run = length - overhead[combo]
         left = self.remaining[jobs]
         finishes = (rate > 0) & (rate * run >= left)
@@ -233,6 +247,12 @@ class GavelSimulation:
                 jobs[measured].tolist(), types[measured].tolist(), rate[measured].tolist(), strict=True
             ):
                 self.scheduler.observe_throughput(m, j, r, ONLINE_SMOOTHING)
+            # A shared lease's pair of rates (both trained, neither evicted) feeds the pair's estimate.
+            for c, key in enumerate(plan.job_ids):
+                slots = np.flatnonzero(combo == c)
+                if len(key) == 2 and (steps[slots] > 0).all() and not preempted[slots].any():
+                    pair = (float(rate[slots[0]]), float(rate[slots[1]]))
+                    self.scheduler.observe_pair(key, int(plan.worker_types[c]), pair, ONLINE_SMOOTHING)
         self.num_rounds += 1
         for t, m in sorted(zip(finish_t[finishes].tolist(), jobs[finishes].tolist(), strict=True)):
             self._complete(m, t)

@@ -35,7 +35,7 @@ from clustertwin.policies.spot import (
     FaultTolerance,
 )
 from clustertwin.policies.spot.billing import BillingModel
-from clustertwin.sim.spot.market import MarketReplay
+from clustertwin.scenarios.spot_replay import MarketReplay
 from clustertwin.sim.spot.perf import PerfModel
 
 

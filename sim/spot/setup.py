@@ -19,10 +19,10 @@ from clustertwin.policies.bidbrain import (
 from clustertwin.policies.spot import ACQUISITION, AcquisitionInputs, AcquisitionPolicy, FaultTolerance
 from clustertwin.policies.spot.billing import billing_model
 from clustertwin.scenarios.results import RunResult
+from clustertwin.scenarios.spot_replay import MarketReplay, check_coverage, series_from_table
 from clustertwin.scenarios.spot_results import to_frame
 from clustertwin.scenarios.spot_schema import SpotScenario
 from clustertwin.sim.spot.engine import SpotConfig, SpotSim
-from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table
 from clustertwin.sim.spot.perf import DEFAULT_PERF
 from clustertwin.sim.spot.stragglers import StragglerSlowdown
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand

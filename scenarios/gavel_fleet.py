@@ -4,7 +4,7 @@
 [Narayanan] §6 gives the market model Gavel's cost policies face: AWS spot prices float below the
 on-demand cap, an eviction comes with a 2-minute warning, and a price change triggers a recompute of the
 allocation. [Proteus] §2–§3 (notes "markets, billing") gives the bid rules and billing schemes, which live
-in ``sim/spot`` and are reused here: :class:`sim.spot.market.MarketReplay` for prices,
+below both executors and are reused here: :class:`scenarios.spot_replay.MarketReplay` for prices,
 :func:`policies.spot.billing.lifetime_bill` for charges.
 
 The model, and the choices the papers leave open:
@@ -37,23 +37,19 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from clustertwin.policies.bidbrain.history import Market, PriceSeries
 from clustertwin.policies.gavel.cluster import ClusterLayout
-from clustertwin.policies.gavel.scheduler import RoundPlan
+from clustertwin.policies.gavel.scheduler import GavelScheduler, RoundPlan
 from clustertwin.policies.spot.billing import BillingModel, billing_model, lifetime_bill
 from clustertwin.scenarios.gavel_market_schema import GavelMarket
-from clustertwin.sim.spot.market import MarketReplay, check_coverage, series_from_table
+from clustertwin.scenarios.spot_replay import MarketReplay, check_coverage, series_from_table
 from clustertwin.traces.on_demand import BUNDLED_ON_DEMAND, InstanceType, load_on_demand
 from clustertwin.traces.spot_prices import load_bundled_or_path, select
 
 from clustertwin.errors import InputError
-
-if TYPE_CHECKING:
-    from clustertwin.sim.gavel.engine import GavelSimulation
 
 INF = math.inf
 SPOT_SUFFIX = ":spot"
@@ -153,7 +149,8 @@ class Worker:
 
 
 class MarketHook:
-    """What the Gavel simulator asks of the market each round (see :class:`sim.gavel.engine.GavelSimulation`).
+    """What an executor of Gavel (the simulator, ``sim.gavel.engine``, or the real runtime,
+    ``runtime.gavel.run``) asks of the market each round: both hold the same fleet and bill it here.
 
     Scheduler types are the split layout's: index ``s`` is Gavel type ``base[s]``, spot iff ``spot[s]``.
     Scheduler GPU ids of type ``s`` are ``0 .. k·n − 1`` over its ``n`` usable workers in ``slots[s]``
@@ -210,10 +207,10 @@ class MarketHook:
             out.append(usd / self.layout.gpus_per_server[s])
         return np.array(out)
 
-    def sync(self, sim: GavelSimulation, now: float) -> None:
+    def sync(self, sched: GavelScheduler, events: list[tuple], now: float) -> bool:
         """Show the scheduler the workers usable now and the prices now, and reset the allocation when
-        it says the change calls for one (``GavelScheduler.cluster_reset_due``)."""
-        sched = sim.scheduler
+        it says the change calls for one (``GavelScheduler.cluster_reset_due``); ``events`` gets the
+        executor's event rows. Returns whether the usable workers changed."""
         slots = [[i for i in ids if self.workers[i].lease_at(now) is not None] for ids in self.of_type]
         moved = slots != self.slots
         if moved:
@@ -222,13 +219,14 @@ class MarketHook:
                 self._gpu_maps(slots),
             )
             self.slots = slots
-            sim.event_rows.append((now, "market", -1, "workers " + self._counts()))
+            events.append((now, "market", -1, "workers " + self._counts()))
         prices = self.current_prices(now)
         if sched.set_prices(prices, now):
-            sim.event_rows.append((now, "market", -1, "prices " + _fmt(prices)))
+            events.append((now, "market", -1, "prices " + _fmt(prices)))
         if sched.cluster_reset_due(now, moved):
             sched.reset(now)
-            sim.event_rows.append((now, "reset", -1, f"{len(sched.jobs)} jobs (market)"))
+            events.append((now, "reset", -1, f"{len(sched.jobs)} jobs (market)"))
+        return moved
 
     def _counts(self) -> str:
         names = [b + (SPOT_SUFFIX if s else "") for b, s in zip(self.base, self.spot, strict=True)]

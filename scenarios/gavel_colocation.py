@@ -1,4 +1,7 @@
-"""Profiling new jobs for Gavel's throughput estimator ([Narayanan] §5.3.3, Fig. 5.16), on simulated workers.
+"""What a Gavel scheduler knows of jobs sharing a GPU ([Narayanan] §5.3.1, §5.3.3, Fig. 5.16): the table's
+pair throughputs (an oracle), or estimates from profiling new jobs against reference types.
+
+Both executors build their scheduler's colocation oracle here (``scenarios.gavel_scheduler``).
 
 The scheduler does not know how two jobs will do when they share a GPU; Gavel profiles each new job type
 against a fraction of the pre-profiled reference types on dedicated workers, and the estimator
@@ -13,13 +16,31 @@ estimates are not refined online as jobs run, which Gavel does with measured thr
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
+from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.estimator import ThroughputEstimator
 from clustertwin.policies.gavel.scheduler import JobSpec
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 Colocation = Callable[[JobSpec, JobSpec], np.ndarray | None]
+
+
+def colocation_oracle(table: ThroughputTable, layout: ClusterLayout) -> Colocation:
+    """The table's pair throughputs per worker type of ``layout`` (None: the pair was never measured)."""
+
+    @cache
+    def pair(a: tuple[str, int], b: tuple[str, int]) -> np.ndarray | None:
+        rows = [table.colocated(a, b, t) for t in layout.worker_types]
+        if all(r is None for r in rows):
+            return None
+        return np.array([r if r is not None else (0.0, 0.0) for r in rows], dtype=float)
+
+    def oracle(a: JobSpec, b: JobSpec) -> np.ndarray | None:
+        return pair((a.job_type, a.scale_factor), (b.job_type, b.scale_factor))
+
+    return oracle
 
 
 def normalised_colocation(
