@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.test_gavel_policies import assert_valid, las_objective, random_instance
 
 RNG = np.random.default_rng(0)
-AGNOSTIC = ["las", "ftf", "makespan"]
+AGNOSTIC = ["las", "ftf", "makespan", "las_water_filling"]
 
 
 def identical_types(seed: int, n: int, k: int, per_type: int) -> AllocationInput:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from functools import cache
@@ -12,7 +13,14 @@ from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import JobSpec
 from clustertwin.policies.registry import make_policy
 from clustertwin.scenarios.gavel_schema import Scenario
-from clustertwin.scenarios.gavel_workload import GavelJob, cluster_layout, gavel_jobs, load_table, trace_jobs
+from clustertwin.scenarios.gavel_workload import (
+    GavelJob,
+    arrivals_end_early,
+    cluster_layout,
+    gavel_jobs,
+    load_table,
+    trace_jobs,
+)
 from clustertwin.scenarios.results import RunResult
 from clustertwin.sim.gavel.engine import Colocation, GavelSimulation, MechanismConfig, Progress
 from clustertwin.sim.gavel.estimation import estimated_colocation
@@ -20,6 +28,11 @@ from clustertwin.sim.gavel.market import SplitLayout, build_market, expand_colum
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 
 from clustertwin.errors import InputError
+
+# num_jobs: auto starts at this multiple of the window's end (7,000 jobs for the paper's window ending
+# at 5,000) and doubles, up to AUTO_LIMIT times the window's end.
+AUTO_FIRST = 1.4
+AUTO_LIMIT = 8
 
 
 def colocation_oracle(table: ThroughputTable, layout: ClusterLayout):
@@ -36,10 +49,16 @@ def colocation_oracle(table: ThroughputTable, layout: ClusterLayout):
     return oracle
 
 
-def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulation:
+def build(
+    scenario: Scenario, progress: Progress | None = None, num_jobs: int | None = None
+) -> GavelSimulation:
+    """The simulation of ``scenario``; ``num_jobs`` sizes a generated trace (``auto``: its first size,
+    see `run`)."""
+    if num_jobs is None:
+        num_jobs = auto_first_size(scenario)
     table = load_table(scenario)
     layout = cluster_layout(scenario, table)
-    jobs, origin = trace_jobs(scenario, table)
+    jobs, origin = trace_jobs(scenario, table, num_jobs)
     try:
         policy = make_policy(scenario.policy.name, **scenario.policy.params)
     except (KeyError, ValueError) as err:
@@ -95,6 +114,14 @@ def build(scenario: Scenario, progress: Progress | None = None) -> GavelSimulati
     )
 
 
+def auto_first_size(scenario: Scenario) -> int | None:
+    """The first trace size ``num_jobs: auto`` tries; None when the scenario gives a number."""
+    g, window = scenario.workload.generate, scenario.workload.window
+    if g is None or g.num_jobs != "auto" or window is None:
+        return None
+    return math.ceil(AUTO_FIRST * window[1])
+
+
 def planned_rows(
     scenario: Scenario, workload: list[GavelJob], layout: ClusterLayout
 ) -> dict[int, np.ndarray]:
@@ -135,14 +162,47 @@ def _split_pairs(oracle: Colocation, split: SplitLayout) -> Colocation:
 
 
 def run(scenario: Scenario, progress: Progress | None = None) -> RunResult:
+    """Simulate ``scenario``. A generated continuous trace with a window must keep jobs arriving until
+    the window's last job finishes, or the window's tail is measured on a draining cluster: a fixed
+    ``num_jobs`` that ends too early is refused; ``num_jobs: auto`` starts at AUTO_FIRST × the window's
+    end and doubles until arrivals outlast the window (the generator is prefix-stable, so every try is
+    the same workload, and once arrivals outlast the window the result no longer depends on the size:
+    the simulation stops when the window's jobs are done)."""
     started = time.perf_counter()
-    simulation = build(scenario, progress)
-    tables = simulation.run()
+    g = scenario.workload.generate
+    window = scenario.workload.window
+    checked = g is not None and window is not None and g.jobs_per_hour is not None
+    n = auto_first_size(scenario)
+    while True:
+        simulation = build(scenario, progress, n)
+        tables = simulation.run()
+        early = arrivals_end_early(tables["jobs"]) if checked else None
+        if early is None:
+            break
+        last_arrival, window_end = early
+        field = f"{scenario.source}: field workload.generate.num_jobs"
+        if n is None:
+            needed = math.ceil(window_end / 3600.0 * g.jobs_per_hour * 1.1)
+            raise InputError(
+                field,
+                f"the last of {g.num_jobs} jobs arrives at {last_arrival / 3600:.1f} h, before the window's"
+                f" last job finishes at {window_end / 3600:.1f} h, so the window would be measured on a"
+                f" draining cluster; set num_jobs to at least about {needed}, or to auto",
+            )
+        if n >= AUTO_LIMIT * window[1]:
+            raise InputError(
+                field,
+                f"auto: even {n} jobs stop arriving ({last_arrival / 3600:.1f} h) before the window's last"
+                f" job finishes ({window_end / 3600:.1f} h): at jobs_per_hour={g.jobs_per_hour} the queue"
+                " grows without bound under this policy; lower the load",
+            )
+        n *= 2
     info = {
         "wall_s": time.perf_counter() - started,
         "sim_end_s": float(simulation.env.now),
         "num_rounds": simulation.num_rounds,
         "num_resets": simulation.scheduler.num_resets,
         "workload": str(Path(scenario.workload.trace).name) if scenario.workload.trace else "generated",
+        "num_jobs": len(tables["jobs"]),
     }
     return RunResult(tables=tables, info=info)
