@@ -92,7 +92,7 @@ def test_unknown_claim_set_is_an_input_error(capsys) -> None:
 
 @pytest.mark.slow
 def test_gavel_quick_claims(tmp_path: Path) -> None:
-    """The quick Gavel reproduction (24 simulations; 10-15 minutes on two idle cores): its exit status
+    """The quick Gavel reproduction (24 simulations at full size, seed 0): its exit status
     says whether every gated claim held; at least 12 claims are judged, the heterogeneity-aware fairness
     and FIFO claims must hold, and every claim that is not judged says why."""
     out = tmp_path / "gavel"
