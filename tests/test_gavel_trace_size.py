@@ -45,3 +45,14 @@ def test_auto_measures_the_window_as_a_trace_long_enough(tmp_path) -> None:
     assert a.equals(b)
     assert auto.info["num_jobs"] < 100
     assert a["completion_s"].max() <= auto.tables["jobs"]["arrival_s"].max()
+
+
+def test_an_input_error_survives_the_trip_from_a_worker_process() -> None:
+    import pickle
+
+    err = pickle.loads(pickle.dumps(InputError("scenario.yaml: field x", "bad")))
+    assert (err.where, err.message, str(err)) == (
+        "scenario.yaml: field x",
+        "bad",
+        "scenario.yaml: field x: bad",
+    )
