@@ -18,7 +18,9 @@ def gavel_metrics(
     result: RunResult, cluster_gpus: dict[str, int], prices: dict[str, float] | None = None
 ) -> dict[str, float]:
     """Flat metrics: JCT statistics over the window, makespan, utilisation (overall and per worker
-    type), cost when ``prices`` ($/GPU-hour) are given, SLO violations and round count."""
+    type, and the spread max/min of the per-type figures), cost when ``prices`` ($/GPU-hour) are given, SLO
+    violations (count and fraction of the window's jobs with an SLO), the average JCT of high- and
+    low-priority jobs, and round count."""
     jobs = result.tables["jobs"]
     rounds = result.tables["rounds"]
     completed = jobs["completion_s"].notna()
@@ -36,6 +38,10 @@ def gavel_metrics(
         "p99_jct_s": _stat(np.percentile, jct, 99),
     }
     metrics["avg_jct_h"] = metrics["avg_jct_s"] / 3600.0
+    # §5.7.3 "LAS with Priorities": high-priority jobs are those with a weight above 1.
+    weight = jobs["weight"].to_numpy(dtype=float)[window & completed]
+    metrics["avg_jct_high_priority_s"] = _stat(np.mean, jct[weight > 1])
+    metrics["avg_jct_low_priority_s"] = _stat(np.mean, jct[weight <= 1])
     makespan = float(jobs["completion_s"].max() - jobs["arrival_s"].min()) if completed.any() else math.nan
     metrics["makespan_s"] = makespan
 
@@ -47,10 +53,17 @@ def gavel_metrics(
             type_capacity = count * makespan
             used = float(busy.get(worker_type, 0.0))
             metrics[f"utilisation_{worker_type}"] = used / type_capacity if type_capacity > 0 else math.nan
+    per_type = [metrics[f"utilisation_{t}"] for t, count in cluster_gpus.items() if count > 0]
+    # How unevenly the types are used: 1 when every type is equally busy.
+    metrics["utilisation_spread"] = (
+        max(per_type) / min(per_type) if per_type and min(per_type) > 0 else math.nan
+    )
     if prices is not None:
         metrics["cost_usd"] = sum(float(busy.get(t, 0.0)) * price / 3600.0 for t, price in prices.items())
 
     metrics["slo_violations"] = _slo_violations(jobs[window], _run_end(result))
+    with_slo = int(np.isfinite(jobs["slo_deadline_s"].to_numpy(dtype=float)[window]).sum())
+    metrics["slo_violation_fraction"] = metrics["slo_violations"] / with_slo if with_slo else math.nan
     metrics["num_rounds"] = int(rounds["round"].nunique())
     return metrics
 

@@ -16,6 +16,10 @@ class InputError(Exception):
         self.where = where
         self.message = message
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Raised in a worker process (reproduce, sweep), it must unpickle in the parent with both fields.
+        return (type(self), (self.where, self.message))
+
 
 class RunFailure(RuntimeError):
     """A real run was abandoned because one of its processes died (killed, crashed, out of memory).

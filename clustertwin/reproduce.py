@@ -1,14 +1,16 @@
 """``clustertwin reproduce NAME [--quick]``: run a paper's claims and print claim | paper | ours | accept.
 
-Each claim is a ratio of one metric between a baseline and a treatment run of the same scenario (see
-``scenarios/claims.py``). Runs go to a process pool (``claim_runs``); each finished run's metrics are
-written at once to ``<out>/runs/<key>.json``, so an interrupted reproduction loses nothing and a rerun
-reuses what is there.
-Every claim gates: the exit status is 1 when any falls outside its acceptance band (its ``why`` says why).
+A claim is a ratio of one metric between a baseline and a treatment run of the same scenario, one
+metric of a treatment run, a measure computed from recorded runs or from the policies themselves, or
+unmeasured (see ``scenarios/claims.py``). Runs go to a process pool (``claim_runs``); each finished
+run's metrics are written at once to ``<out>/runs/<key>.json``, so an interrupted reproduction loses
+nothing and a rerun reuses what is there.
+Every claim with a band gates: the exit status is 1 when any falls outside it (its ``why`` says why).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from pathlib import Path
@@ -19,12 +21,15 @@ from clustertwin.scenarios.claims import Claim, load_claims
 
 
 def runs_of(claim: Claim, quick: bool) -> dict[str, list[Spec]]:
+    if not claim.runs:
+        return {}
     variant = claim.quick if quick else claim.full
     scenario = str(claim.scenario_path())
     common = list(claim.full.set) + (list(claim.quick.set) if quick else [])
     return {
         arm: [Spec(scenario, tuple(common + list(extra) + [f"seed={seed}"])) for seed in variant.seeds]
         for arm, extra in (("baseline", claim.baseline), ("treatment", claim.treatment))
+        if arm == "treatment" or claim.measure == "ratio"
     }
 
 
@@ -52,28 +57,46 @@ def reproduce(name: str, quick: bool, out: Path | None = None, workers: int | No
     rows = []
     for claim in claim_set.claims:
         arms = plan[claim.id]
-        per_seed = [
-            done[b.key][claim.metric] / done[t.key][claim.metric]
-            for b, t in zip(arms["baseline"], arms["treatment"], strict=True)
-        ]
-        rows.append(claim_row(claim, per_seed))
+        if claim.measure == "ratio":
+            per_seed = [
+                done[b.key][claim.metric] / done[t.key][claim.metric]
+                for b, t in zip(arms["baseline"], arms["treatment"], strict=True)
+            ]
+        elif claim.measure == "value":
+            per_seed = [done[t.key][claim.metric] for t in arms["treatment"]]
+        elif claim.measure == "computed":
+            from clustertwin.analysis.gavel_claim_measures import compute
+
+            per_seed = [compute(claim.metric, claim.args)]
+        else:
+            per_seed = [math.nan]
+        shown = {m: statistics.fmean(done[t.key][m] for t in arms["treatment"]) for m in claim.show}
+        rows.append(claim_row(claim, per_seed, shown))
     seeds = sorted(
-        {seed for claim in claim_set.claims for seed in (claim.quick if quick else claim.full).seeds}
+        {
+            seed
+            for claim in claim_set.claims
+            if claim.runs
+            for seed in (claim.quick if quick else claim.full).seeds
+        }
     )
     return report(name, claim_set.paper, quick, seeds, out, rows)
 
 
-def claim_row(claim: Claim, per_seed: list[float]) -> ClaimRow:
-    """A claim's row from its baseline / treatment ratio per seed; ours is their mean."""
+def claim_row(claim: Claim, per_seed: list[float], shown: dict[str, float] | None = None) -> ClaimRow:
+    """A claim's row from its value per seed (ours is their mean); ``shown`` metrics join its text."""
+    text = claim.claim
+    if shown:
+        text += " (ours: " + ", ".join(f"{k}={v:.3g}" for k, v in shown.items()) + ")"
     return ClaimRow(
         claim.id,
-        claim.claim,
+        text,
         claim.source,
         claim.paper,
         statistics.fmean(per_seed),
         claim.accept,
-        "{:.2f}x",
+        "{:.2f}x" if claim.measure == "ratio" else "{:.3g}",
         gated=claim.gated,
         why=claim.why,
-        per_seed=tuple(per_seed),
+        per_seed=tuple(per_seed) if claim.runs else None,
     )

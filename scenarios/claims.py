@@ -1,17 +1,26 @@
 """Paper claims as data: what ``clustertwin reproduce NAME`` runs and checks.
 
-A claims file (``scenarios/claims/<name>.yaml``) lists claims. Each names a scenario file, the overrides
-that make its *treatment* and its *baseline*, a metric, and the paper's value of the ratio
-``metric(baseline) / metric(treatment)`` (e.g. 3.5 for "3.5x lower average JCT"), where the paper says it
-(``source``) and why ours may miss it (``why``, printed when the claim does not hold). Ours is that ratio
-averaged over seeds; the claim holds when it lies in ``accept``. A ``quick`` variant adds overrides that
-shrink the run for CI.
+A claims file (``scenarios/claims/<name>.yaml``) lists claims. Each says where the paper says it
+(``source``), the paper's value, why ours may miss it (``why``, printed when the claim does not hold) and
+what ours is (``measure``):
+
+- ``ratio`` (the default): a scenario file, the overrides that make its *treatment* and its *baseline*,
+  and a metric; ours is ``metric(baseline) / metric(treatment)`` (e.g. 3.5 for "3.5x lower average
+  JCT"), averaged over seeds;
+- ``value``: the metric of the treatment run itself (e.g. the fraction of jobs that miss their SLO);
+- ``computed``: a named measure (``metric``) with arguments (``args``) that reads recorded runs under
+  ``results/`` or evaluates policies directly, with no simulation;
+- ``unmeasured``: the data to judge it does not exist; reported with its why, never gated.
+
+The claim holds when ours lies in ``accept``; without ``accept`` it is reported only. ``show`` names
+metrics of the treatment run printed beside the claim. A ``quick`` variant adds overrides that shrink
+the run for CI.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -34,25 +43,44 @@ class Claim(BaseModel):
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
     claim: str
     source: Annotated[str, Field(min_length=1)]  # section / figure of the paper
-    paper: float
-    scenario: str  # relative to scenarios/
-    metric: str  # a key of the run's flat metrics
+    paper: float | str  # a number, or the paper's words ("< 3%") when ours is not on its scale
+    measure: Literal["ratio", "value", "computed", "unmeasured"] = "ratio"
+    scenario: str | None = None  # relative to scenarios/ (ratio and value)
+    metric: str = ""  # a key of the run's flat metrics, or the computed measure's name
+    args: dict[str, Any] = Field(default_factory=dict)  # the computed measure's arguments
     treatment: list[str] = Field(default_factory=list)
     baseline: list[str] = Field(default_factory=list)
-    accept: tuple[float, float]  # ours must lie in [low, high]
+    accept: tuple[float, float] | None = None  # ours must lie in [low, high]; None: reported only
     why: Annotated[str, Field(min_length=1)]  # why ours may miss the paper's value: printed when it does
     gated: bool = True  # false: checked and printed, but a miss (explained by ``why``) does not fail the set
+    show: list[str] = Field(default_factory=list)  # treatment metrics printed beside the claim
     full: Variant = Variant(seeds=[0, 1, 2])
     quick: Variant = Variant()
 
     @model_validator(mode="after")
     def _band(self) -> Claim:
-        low, high = self.accept
-        if not 0 <= low < high:
-            raise ValueError(f"accept must be [low, high] with 0 <= low < high, got {list(self.accept)}")
+        if self.accept is not None:
+            low, high = self.accept
+            if not (low < high and (low >= 0 or self.measure != "ratio")):
+                raise ValueError(
+                    "accept must be [low, high] with low < high (0 <= low for a ratio),"
+                    f" got {list(self.accept)}"
+                )
+        if self.measure in ("ratio", "value") and (self.scenario is None or not self.metric):
+            raise ValueError(f"a {self.measure} claim needs a scenario and a metric")
+        if self.measure == "computed" and not self.metric:
+            raise ValueError("a computed claim names its measure in metric")
+        if self.measure == "unmeasured" and self.accept is not None:
+            raise ValueError("an unmeasured claim has no acceptance band: it is reported with its why")
         return self
 
+    @property
+    def runs(self) -> bool:
+        """Whether the claim needs simulations (ratio and value claims)."""
+        return self.measure in ("ratio", "value")
+
     def scenario_path(self) -> Path:
+        assert self.scenario is not None
         return Path(__file__).parent / self.scenario
 
 

@@ -133,11 +133,11 @@ class GavelSetup:
     scheduler: GavelScheduler
 
 
-def setup(scenario: Scenario) -> GavelSetup:
+def setup(scenario: Scenario, num_jobs: int | None = None) -> GavelSetup:
     """Build a scenario's scheduler and everything around it, the same way for simulation and for real."""
     table = load_table(scenario)
     base = layout = cluster_layout(scenario, table)
-    trace, origin = trace_jobs(scenario, table)
+    trace, origin = trace_jobs(scenario, table, num_jobs)
     policy = gavel_policy(scenario)
     truth, planned = colocation(scenario, table, layout)
     workload = gavel_jobs(scenario, table, layout, trace, origin)

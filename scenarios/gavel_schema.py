@@ -138,11 +138,15 @@ class Cluster(_Strict):
 class Generate(_Strict):
     """A synthetic Gavel workload (Philly-like durations, Poisson arrivals)."""
 
-    num_jobs: PositiveInt = 300
+    # auto (with a window): the simulator sizes the trace so that arrivals outlast the window's jobs.
+    num_jobs: PositiveInt | Literal["auto"] = 300
     jobs_per_hour: PositiveFloat | None = 4.0  # None: a static trace, every job arrives at t=0
     scale_factors: Literal["single", "multiple"] = "single"
     priorities: bool = False  # 20% of jobs get weight 5
     slos: bool = False  # jobs get SLO deadlines
+    # Durations in hours, drawn uniformly (the cost experiments of §5.7.3); null: Philly-like durations.
+    durations_h: list[PositiveFloat] | None = None
+    job_types: list[str] | None = None  # throughput-table job types to draw from; null: all of them
 
 
 class Job(_Strict):
@@ -209,10 +213,12 @@ class Workload(_Strict):
             first, last = self.window
             if first >= last:
                 raise ValueError(f"window [{first}, {last}) is empty; it needs first < last")
-            if self.generate is not None and last > self.generate.num_jobs:
-                raise ValueError(
-                    f"window ends at job {last} but generate makes only {self.generate.num_jobs} jobs"
-                )
+            n = None if self.generate is None else self.generate.num_jobs
+            if isinstance(n, int) and last > n:
+                raise ValueError(f"window ends at job {last} but generate makes only {n} jobs")
+        if self.generate is not None and self.generate.num_jobs == "auto":
+            if self.window is None or self.generate.jobs_per_hour is None:
+                raise ValueError("generate.num_jobs: auto needs a window and a jobs_per_hour to size from")
         return self
 
 

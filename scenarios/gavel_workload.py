@@ -51,8 +51,14 @@ def cluster_layout(scenario: Scenario, table: ThroughputTable) -> ClusterLayout:
     )
 
 
-def trace_jobs(scenario: Scenario, table: ThroughputTable) -> tuple[list[TraceJob], str]:
-    """The scenario's jobs and a name for where they came from (for error messages)."""
+def trace_jobs(
+    scenario: Scenario, table: ThroughputTable, num_jobs: int | None = None
+) -> tuple[list[TraceJob], str]:
+    """The scenario's jobs and a name for where they came from (for error messages).
+
+    ``num_jobs`` replaces ``workload.generate.num_jobs`` (the simulator's sizing of ``auto``; the
+    generator is prefix-stable, so a longer trace only adds jobs at the end).
+    """
     w = scenario.workload
     if w.trace is not None:
         return load_gavel_trace(w.trace, fmt=w.trace_format, table=table), w.trace
@@ -60,15 +66,27 @@ def trace_jobs(scenario: Scenario, table: ThroughputTable) -> tuple[list[TraceJo
         return own_jobs(scenario, table), f"{scenario.source}: workload.jobs"
     g = w.generate
     assert g is not None
-    jobs = generate_gavel_jobs(
-        table,
-        num_jobs=g.num_jobs,
-        jobs_per_hour=g.jobs_per_hour,
-        seed=scenario.seed,
-        scale_factors=g.scale_factors,
-        priorities=g.priorities,
-        slos=g.slos,
-    )
+    n = g.num_jobs if num_jobs is None else num_jobs
+    if not isinstance(n, int):
+        raise InputError(
+            f"{scenario.source}: field workload.generate.num_jobs",
+            "auto is sized by the simulator from the window; this backend needs a number of jobs",
+        )
+    try:
+        jobs = generate_gavel_jobs(
+            table,
+            num_jobs=n,
+            jobs_per_hour=g.jobs_per_hour,
+            seed=scenario.seed,
+            scale_factors=g.scale_factors,
+            priorities=g.priorities,
+            slos=g.slos,
+            duration="philly" if g.durations_h is None else g.durations_h,
+            job_types=g.job_types,
+        )
+    except InputError as err:
+        field = {"duration": "durations_h"}.get(err.where, err.where)
+        raise InputError(f"{scenario.source}: field workload.generate.{field}", err.message) from err
     return jobs, f"{scenario.source}: workload.generate"
 
 
@@ -92,6 +110,17 @@ def own_jobs(scenario: Scenario, table: ThroughputTable) -> list[TraceJob]:
             env=tuple(sorted(job.env.items())),
         ))  # fmt: skip
     return jobs
+
+
+def arrivals_end_early(jobs: pd.DataFrame) -> tuple[float, float] | None:
+    """(last arrival, last window completion) in seconds when every job had arrived before the
+    window's last job finished (the window's tail then ran on a draining cluster), else None."""
+    window = jobs["in_window"].to_numpy(dtype=bool)
+    done = jobs["completion_s"][window]
+    if not window.any() or done.isna().all():
+        return None
+    last_arrival, window_end = float(jobs["arrival_s"].max()), float(done.max())
+    return (last_arrival, window_end) if last_arrival < window_end else None
 
 
 def gavel_jobs(

@@ -30,7 +30,10 @@ def _metrics(keys: list) -> dict:
 
 
 def _gavel() -> list[ClaimRow]:
-    return [claim_row(claim, [claim.paper]) for claim in load_claims("gavel").claims]
+    return [
+        claim_row(claim, [claim.paper if isinstance(claim.paper, float) else 1.0])
+        for claim in load_claims("gavel").claims
+    ]
 
 
 def _flexrr() -> list[ClaimRow]:

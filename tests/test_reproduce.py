@@ -92,19 +92,18 @@ def test_unknown_claim_set_is_an_input_error(capsys) -> None:
 
 @pytest.mark.slow
 def test_gavel_quick_claims(tmp_path: Path) -> None:
-    """The quick Gavel reproduction (about two minutes on two cores): its exit status says whether every
-    claim held; the heterogeneity-aware fairness and FIFO claims must hold. The static makespan claim
-    does not reproduce (ours is above the paper's band; docs/algorithms/gavel.md explains), so it is
-    reported, not required; its reason is in the summary line."""
+    """The quick Gavel reproduction (24 simulations at full size, seed 0): its exit status
+    says whether every gated claim held; at least 12 claims are judged, the heterogeneity-aware fairness
+    and FIFO claims must hold, and every claim that is not judged says why."""
     out = tmp_path / "gavel"
     code = main(["reproduce", "gavel", "--quick", "--out", str(out)])
     rows = {row["id"]: row for row in json.loads((out / "claims.json").read_text())["claims"]}
-    assert code == (0 if all(row["holds"] for row in rows.values()) else 1)
+    assert code == (0 if all(row["holds"] for row in rows.values() if row["gated"]) else 1)
+    assert sum(row["holds"] is not None for row in rows.values()) >= 12
     for claim in ("las-continuous-single", "las-continuous-multiple", "ftf-continuous-multiple",
-                  "fifo-continuous-single"):  # fmt: skip
+                  "fifo-continuous-single", "agnostic-las-types-alike"):  # fmt: skip
         assert rows[claim]["holds"], rows[claim]
-    assert rows["makespan-static"]["ours"] > 1.0  # the direction holds
-    assert rows["makespan-static"]["why"]
+    assert all(row["why"] for row in rows.values() if row["holds"] is not True)
 
 
 @pytest.mark.parametrize("workers", ["0", "-1", "two"])
@@ -135,3 +134,63 @@ def test_markdown_writes_and_then_replaces_the_sets_section(tmp_path: Path, monk
     assert "| aware-beats-agnostic |" in first and "| yes |" in first
     assert main([*args, "--markdown", str(page)]) == 0  # a rerun replaces its own section
     assert page.read_text().count("<!-- reproduce tiny -->") == 1
+
+
+def test_value_computed_and_unmeasured_claims(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "small.yaml").write_text(SMALL)
+    run = tmp_path / "real"
+    run.mkdir()
+    lost = {"gpu/started": 7.2, "cpu/started": 3.6, "gpu/renewed": 0.1}
+    (run / "summary.json").write_text(json.dumps({"run": {"round_overhead_s": lost}}))
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "mixed.yaml").write_text(f"""\
+paper: test
+claims:
+  - id: one-run
+    claim: types used alike
+    source: test
+    paper: "1"
+    measure: value
+    scenario: {tmp_path / "small.yaml"}
+    metric: utilisation_spread
+    treatment: [policy.params.aware=false]
+    show: [utilisation_v100, utilisation_k80]
+    accept: [1.0, 100.0]
+    why: test
+    quick: {{seeds: [0]}}
+  - id: recorded
+    claim: started lease overhead
+    source: test
+    paper: "< 3%"
+    measure: computed
+    metric: lease_overhead_share
+    args: {{runs: ["{run}"], lease: started, round_s: 360}}
+    accept: [0.0, 0.03]
+    why: test
+  - id: no-data
+    claim: not measurable here
+    source: test
+    paper: 1.5
+    measure: unmeasured
+    why: no such run recorded
+""")
+    monkeypatch.setattr(claims, "CLAIMS_DIR", tmp_path / "claims")
+    out = tmp_path / "out"
+    assert main(["reproduce", "mixed", "--quick", "--out", str(out), "--workers", "1"]) == 0
+    rows = {r["id"]: r for r in json.loads((out / "claims.json").read_text())["claims"]}
+    assert len(list((out / "runs").glob("*.json"))) == 1  # a value claim runs its treatment only
+    assert rows["one-run"]["ours"] >= 1.0 and "utilisation_v100=" in rows["one-run"]["claim"]
+    assert rows["recorded"]["ours"] == pytest.approx(7.2 / 360) and rows["recorded"]["holds"]
+    assert rows["no-data"]["holds"] is None and rows["no-data"]["gated"] is False
+
+
+def test_an_unmeasured_claim_cannot_have_a_band(tmp_path: Path, monkeypatch, capsys) -> None:
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "bad.yaml").write_text("""\
+paper: test
+claims:
+  - {id: x, claim: c, source: s, paper: 1.0, measure: unmeasured, accept: [1.0, 2.0], why: w}
+""")
+    monkeypatch.setattr(claims, "CLAIMS_DIR", tmp_path / "claims")
+    assert main(["reproduce", "bad", "--quick", "--out", str(tmp_path / "out")]) == 2
+    assert "unmeasured" in capsys.readouterr().err

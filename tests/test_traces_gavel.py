@@ -470,3 +470,40 @@ def test_generator_rejects_bad_settings(table: ThroughputTable, kwargs: dict, wh
     with pytest.raises(InputError) as err:
         generate_gavel_jobs(table, **args)
     assert err.value.where == where
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    short=st.integers(1, 60),
+    extra=st.integers(1, 200),
+    jobs_per_hour=st.sampled_from([None, 0.5, 6.0]),
+    scale_factors=st.sampled_from(["single", "multiple"]),
+    duration=st.sampled_from(["philly", (0.5, 1.0, 2.0, 4.0, 8.0)]),
+    flags=st.tuples(st.booleans(), st.booleans()),
+)
+def test_generated_streams_are_prefix_stable(
+    seed: int,
+    short: int,
+    extra: int,
+    jobs_per_hour: float | None,
+    scale_factors: str,
+    duration: object,
+    flags: tuple[bool, bool],
+) -> None:
+    # A longer trace extends a shorter one: job i is the same whatever num_jobs is.
+    table = ThroughputTable.bundled("simulation")
+
+    def jobs(n: int) -> list[TraceJob]:
+        return generate_gavel_jobs(
+            table,
+            num_jobs=n,
+            jobs_per_hour=jobs_per_hour,
+            seed=seed,
+            scale_factors=scale_factors,
+            priorities=flags[0],
+            slos=flags[1],
+            duration=duration,
+        )
+
+    assert jobs(short + extra)[:short] == jobs(short)

@@ -11,8 +11,11 @@ Gavel (``scheduler/utils.py:generate_job`` and ``scheduler.py:simulate``, commit
 * priority weight 5 with probability 0.2, else 1; SLO factor uniform over {1.2, 2, 10};
 * ``total_steps = duration × isolated V100 throughput`` of (type, scale factor).
 
-Each attribute has its own random stream (``SeedSequence(seed).spawn``), so turning priorities or SLOs
-on, or changing the scale-factor mix, leaves every other attribute of every job unchanged. The type is
+Each random quantity has its own stream (``SeedSequence(seed).spawn``, one child per quantity, the
+duration's long/short choice and its two exponents included) and draws one value per job in job order,
+so turning priorities or SLOs on, or changing the scale-factor mix, leaves every other attribute of every
+job unchanged, and the streams are prefix-stable: the first n jobs are the same whatever ``num_jobs`` is
+(a longer trace extends a shorter one). The type is
 drawn from one uniform number per job as ``eligible[floor(u·len(eligible))]``, where ``eligible`` are
 the types with a positive reference throughput at the job's scale factor: this has the same distribution
 as Gavel's redraw loop (uniform over the eligible types) and keeps each job's type independent of the
@@ -39,7 +42,16 @@ SLO_FACTORS = (1.2, 2.0, 10.0)
 HIGH_PRIORITY_WEIGHT = 5.0
 HIGH_PRIORITY_PROBABILITY = 0.2
 _LONG_JOB_PROBABILITY = 0.2
-_STREAMS = ("arrival", "type", "duration", "scale_factor", "priority", "slo")
+_STREAMS = (
+    "arrival",
+    "type",
+    "duration",
+    "scale_factor",
+    "priority",
+    "slo",
+    "long_exponent",
+    "short_exponent",
+)
 
 
 def generate_gavel_jobs(
@@ -78,9 +90,8 @@ def generate_gavel_jobs(
         if not types:
             raise InputError("scale_factors", f"no job type can run at scale factor {sf} on {reference!r}")
 
-    rng = dict(
-        zip(_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(6)), strict=True)
-    )
+    children = np.random.SeedSequence(seed).spawn(len(_STREAMS))
+    rng = dict(zip(_STREAMS, (np.random.default_rng(s) for s in children), strict=True))
     n = num_jobs
 
     if jobs_per_hour is None:
@@ -89,7 +100,7 @@ def generate_gavel_jobs(
         gaps = rng["arrival"].exponential(3600.0 / jobs_per_hour, size=n - 1)
         arrivals = np.concatenate(([0.0], np.cumsum(gaps)))
 
-    durations_s = _durations_s(rng["duration"], duration, n)
+    durations_s = _durations_s(rng["duration"], rng["long_exponent"], rng["short_exponent"], duration, n)
     sfs = rng["scale_factor"].choice(sf_values, size=n, p=sf_probs)
     type_u = rng["type"].random(n)
     weights = np.where(rng["priority"].random(n) < HIGH_PRIORITY_PROBABILITY, HIGH_PRIORITY_WEIGHT, 1.0)
@@ -153,10 +164,17 @@ def _scale_factor_mix(setting: str | Mapping[int, float]) -> tuple[np.ndarray, n
     return values, np.array([mix[int(sf)] for sf in values], dtype=float)
 
 
-def _durations_s(rng: np.random.Generator, setting: str | Sequence[float], n: int) -> np.ndarray:
+def _durations_s(
+    rng: np.random.Generator,
+    long_rng: np.random.Generator,
+    short_rng: np.random.Generator,
+    setting: str | Sequence[float],
+    n: int,
+) -> np.ndarray:
     if setting == "philly":
+        # Three streams: drawn from one, the exponents of job i would depend on n (they came after n flags).
         long = rng.random(n) < _LONG_JOB_PROBABILITY
-        exponent = np.where(long, rng.uniform(3.0, 4.0, n), rng.uniform(1.5, 3.0, n))
+        exponent = np.where(long, long_rng.uniform(3.0, 4.0, n), short_rng.uniform(1.5, 3.0, n))
         return 60.0 * 10.0**exponent
     if isinstance(setting, str) or not len(setting):
         raise InputError("duration", f"expected 'philly' or a list of durations in hours, got {setting!r}")

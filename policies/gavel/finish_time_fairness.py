@@ -15,7 +15,8 @@ Bisection stops at a relative gap of 1e-6; then the efficiency phase of `lp.solv
 Jobs with no steps left, or that can run on no type, have no finite or X-dependent ρ and are left out
 of the max. Priority weights are not used (Gavel's code also ignores them here). The agnostic baseline
 replaces every positive T entry by 1 (`lp.policy_throughputs`), as Gavel's code does, so s_m/τ is then
-measured in steps rather than seconds.
+measured in steps rather than seconds; of its optima it returns the symmetric one
+(`symmetric.symmetric_split`: each job's time over its usable types in proportion to their sizes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import scipy.sparse as sp
 from clustertwin.policies.gavel import lp
 from clustertwin.policies.gavel.isolated import isolated_fractions
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.gavel.symmetric import symmetric_allocation
 from clustertwin.policies.registry import register
 
 RELATIVE_GAP = 1e-6
@@ -104,7 +106,8 @@ def ftf_allocation(inp: AllocationInput, aware: bool = True, space_sharing: bool
         model.set_costs(-lp.efficiency_costs(layout, _expand(tau_iso, jobs, inp.n)))
         x = model.solve(warm="primal")
         x_hi = x_hi if x is None else x
-    return lp.to_allocation(inp, layout, x_hi)
+    allocation = lp.to_allocation(inp, layout, x_hi)
+    return allocation if aware else symmetric_allocation(inp, allocation, t)
 
 
 def _expand(values: np.ndarray, jobs: np.ndarray, n: int) -> np.ndarray:

@@ -6,7 +6,9 @@ Heterogeneity-aware form (§5.4.1, the multi-GPU objective at the end of the sec
 
 with X^eq[m,j] = N_j / Σ_j' N_j' (each job's share of the whole fleet in proportion to type counts,
 the same for every job, as Gavel's code computes it). The agnostic baseline is the same LP with every
-positive T entry replaced by 1 (`lp.policy_throughputs`). With space sharing, τ_m includes the job's
+positive T entry replaced by 1 (`lp.policy_throughputs`), and of its many optima we return the symmetric
+one, each job's time spread over the types it can use in proportion to their sizes
+(`symmetric.symmetric_split`, which says why that is an optimum). With space sharing, τ_m includes the job's
 share of every candidate pair it belongs to (§5.3.1).
 
 Solved as one epigraph LP plus the efficiency phase of `lp.solve_max_min` (our choice: Gavel used
@@ -29,6 +31,7 @@ from typing import ClassVar
 import numpy as np
 from clustertwin.policies.gavel import lp
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.gavel.symmetric import eligible_types, symmetric_allocation, symmetric_split
 from clustertwin.policies.registry import register
 
 
@@ -44,7 +47,8 @@ def las_allocation(
     if pair_t is not None or not aggregate or inp.n == 0:
         layout = lp.layout_for(inp, t, pair_t)
         x, _ = lp.solve_max_min(layout, coeff, reference)
-        return lp.to_allocation(inp, layout, x)
+        allocation = lp.to_allocation(inp, layout, x)
+        return allocation if aware else symmetric_allocation(inp, allocation, t)
 
     keys = np.column_stack([t, sf, weights])
     classes, first, member_class, counts = np.unique(
@@ -54,6 +58,9 @@ def las_allocation(
     x, _ = lp.solve_max_min(layout, coeff[first], reference[first], counts=counts)
     per_class = np.zeros((len(classes), inp.k))
     per_class[layout.row, layout.col] = np.clip(x, 0.0, 1.0)
+    if not aware:
+        eligible = eligible_types(classes[:, : inp.k], classes[:, inp.k], inp.num_workers)
+        per_class = symmetric_split(per_class, eligible, classes[:, inp.k], inp.num_workers, counts)
     return Allocation(inp.job_ids, inp.worker_types, per_class[member_class.ravel()])
 
 

@@ -15,7 +15,9 @@ problem is one LP too (the text bisects on M). cost(X) = Σ_m Σ_j c_j·sf_m·X[
 job holds (a pair's GPUs once); with single-GPU jobs, as in Ch. 6, it is the text's Σ_j c_j·X[m,j].
 
 Heterogeneity-agnostic baseline (Gavel's code): every column of T becomes the job's throughput on a
-reference type (V100), so the LP sees no speed difference between types.
+reference type (V100), so the LP sees no speed difference between types; of its optima it returns the
+symmetric one (`symmetric.symmetric_split`: each job's time over its usable types in proportion to their
+sizes), since a vertex would favour some types.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 from clustertwin.policies.gavel import lp
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.gavel.symmetric import symmetric_allocation
 from clustertwin.policies.registry import register
 
 SECONDS_PER_HOUR = 3600.0
@@ -101,4 +104,5 @@ class Makespan:
         inp.require("remaining_steps")
         t, layout = makespan_view(inp, self.aware, self.space_sharing, self.reference_type)
         x, _ = solve_makespan(inp, layout, t)
-        return lp.to_allocation(inp, layout, x)
+        allocation = lp.to_allocation(inp, layout, x)
+        return allocation if self.aware else symmetric_allocation(inp, allocation, t)

@@ -33,6 +33,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput
+from clustertwin.policies.gavel.symmetric import symmetric_allocation
 from clustertwin.policies.registry import register
 
 # The bottleneck test's margin, relative and absolute; the artifact uses the same magnitudes (1.0001, 1e-5).
@@ -284,8 +285,7 @@ class HierarchicalPolicy:
         weights = EntityWeights(
             inp.entities, inp.entity_weights, inp.weights_or_ones(), self.inner, inp.arrival_times
         )
-        problem = WaterFilling(inp, self.aware)
-        return problem.allocation(problem.solve(weights))
+        return _solve(inp, weights, self.aware)
 
 
 @register("las_water_filling")
@@ -307,5 +307,14 @@ class LasWaterFillingPolicy:
         weights = EntityWeights(
             np.zeros(inp.n, dtype=int), {0: float(job_weights.sum())}, job_weights, "fairness"
         )
-        problem = WaterFilling(inp, self.aware)
-        return problem.allocation(problem.solve(weights))
+        return _solve(inp, weights, self.aware)
+
+
+def _solve(inp: AllocationInput, weights: EntityWeights, aware: bool) -> Allocation:
+    """Water filling; agnostic, its symmetric optimum (`symmetric.symmetric_split`: a vertex would
+    favour some types that the agnostic policy cannot tell apart)."""
+    problem = WaterFilling(inp, aware)
+    allocation = problem.allocation(problem.solve(weights))
+    if aware:
+        return allocation
+    return symmetric_allocation(inp, allocation, (np.asarray(inp.throughputs) > 0).astype(float))
