@@ -13,7 +13,7 @@ added job's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -64,6 +64,7 @@ class RoundPlan:
     gpus: list[tuple[int, ...]]
     consolidated: np.ndarray  # (a,) bool
     renewed: np.ndarray  # (a,) bool: lease extended, no checkpoint
+    members: np.ndarray | None = None  # (a, 2) the job ids of `job_ids` as an array, -1 for no partner
 
     def __len__(self) -> int:
         return len(self.job_ids)
@@ -91,9 +92,48 @@ Colocation = Callable[[JobSpec, JobSpec], np.ndarray | None]
 @dataclass
 class _JobState:
     spec: JobSpec
-    steps_done: float = 0.0
-    iso_elapsed: float = 0.0
-    steps_at_reset: float = 0.0
+    slot: int  # the job's entry in the scheduler's per-job arrays (`_JobArrays`)
+
+
+class _JobArrays:
+    """Per-job numbers as arrays indexed by slot (one slot per job ever added, in order of arrival), so
+    that a round's progress and a reset's inputs are array operations, not a loop over jobs."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.n = 0
+        self.throughputs = np.zeros((16, k))
+        self.numbers = {
+            name: np.zeros(16)
+            for name in (
+                "scale_factor",
+                "weight",
+                "total_steps",
+                "arrival_s",
+                "slo_deadline_s",
+                "steps_done",
+                "iso_elapsed",
+                "steps_at_reset",
+            )
+        }
+
+    def add(self, spec: JobSpec) -> int:
+        slot = self.n
+        if slot == len(self.throughputs):
+            grow = len(self.throughputs)
+            self.throughputs = np.vstack([self.throughputs, np.zeros((grow, self.k))])
+            self.numbers = {name: np.concatenate([v, np.zeros(grow)]) for name, v in self.numbers.items()}
+        self.throughputs[slot] = spec.throughputs
+        for name in ("scale_factor", "weight", "total_steps", "arrival_s", "slo_deadline_s"):
+            self.numbers[name][slot] = getattr(spec, name)
+        self.n = slot + 1
+        return slot
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["numbers"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 class GavelScheduler:
@@ -122,6 +162,8 @@ class GavelScheduler:
         self.aware = bool(getattr(policy, "aware", True))
         self.space_sharing = bool(getattr(policy, "space_sharing", False)) and colocation is not None
         self.jobs: dict[int, _JobState] = {}
+        self._arrays = _JobArrays(len(layout.worker_types))
+        self._slot_of: dict[int, int] = {}
         self.combos = ComboTable(len(layout.worker_types), self.config.round_s)
         self.allocation: Allocation | None = None
         self.last_input: AllocationInput | None = None
@@ -158,7 +200,9 @@ class GavelScheduler:
             raise ValueError(
                 f"job {spec.job_id} needs {spec.scale_factor} GPUs but no worker type has that many"
             )
-        self.jobs[spec.job_id] = _JobState(spec)
+        slot = self._arrays.add(spec)
+        self.jobs[spec.job_id] = _JobState(spec, slot)
+        self._slot_of[spec.job_id] = slot
         self.combos.add((spec.job_id,), spec.scale_factor, np.zeros(self.layout_k))
         self._dirty = True
 
@@ -169,18 +213,29 @@ class GavelScheduler:
 
     def remove_job(self, job_id: int) -> None:
         del self.jobs[job_id]
+        del self._slot_of[job_id]
         self.combos.drop_job(job_id)
         self._dirty = True
 
     def record_round(
-        self, plan: RoundPlan, seconds: np.ndarray, steps: dict[int, float], duration_s: float
+        self,
+        plan: RoundPlan,
+        seconds: np.ndarray,
+        steps: Mapping[int, float] | tuple[np.ndarray, np.ndarray],
+        duration_s: float,
     ) -> None:
-        """Account a finished round: entry i of the plan ran ``seconds[i]``; ``steps[job]`` steps were made.
+        """Account a finished round: entry i of the plan ran ``seconds[i]``; ``steps[job]`` steps were made
+        (a mapping, or a pair of arrays: job ids and their steps, each job once).
 
         Call before removing the jobs that finished in the round.
         """
-        for job_id, n in steps.items():
-            self.jobs[job_id].steps_done += n
+        if isinstance(steps, tuple):
+            ids, made = steps
+            slots = np.fromiter(map(self._slot_of.__getitem__, ids.tolist()), np.int64, len(ids))
+            self._arrays.steps_done[slots] += made
+        else:
+            for job_id, n in steps.items():
+                self._arrays.steps_done[self._slot_of[job_id]] += n
         self.combos.record_round(
             plan.rows,
             plan.worker_types,
@@ -200,10 +255,11 @@ class GavelScheduler:
         row = np.array(state.spec.throughputs, dtype=float)
         row[worker_type] = smoothing * measured + (1.0 - smoothing) * row[worker_type]
         state.spec = replace(state.spec, throughputs=row)
+        self._arrays.throughputs[state.slot] = row
 
     def record_progress(self, job_id: int, steps: float) -> None:
         """Progress outside rounds (the ideal mechanism)."""
-        self.jobs[job_id].steps_done += steps
+        self._arrays.steps_done[self._slot_of[job_id]] += steps
 
     # --- decisions ----------------------------------------------------------------------------------
 
@@ -273,6 +329,7 @@ class GavelScheduler:
             ct.scale_factors,
             np.asarray(self.layout.gpus),
             order,
+            singles=not ct.has_pairs,
         )
         gpus, consolidated, renewed = place_round(
             self.layout,
@@ -282,7 +339,10 @@ class GavelScheduler:
             [ct.last_gpus[r] for r in rows.tolist()],
             ct.last_consolidated[rows],
         )
-        return RoundPlan(rows, [ct.keys[r] for r in rows.tolist()], types, gpus, consolidated, renewed)
+        keys = ct.keys
+        return RoundPlan(
+            rows, [keys[r] for r in rows.tolist()], types, gpus, consolidated, renewed, ct.members[rows]
+        )
 
     def rates(self) -> dict[int, float]:
         """Each job's effective throughput τ_m(X) under the current allocation (the ideal mechanism)."""
@@ -304,30 +364,32 @@ class GavelScheduler:
         }
 
     def steps_done(self, job_id: int) -> float:
-        return self.jobs[job_id].steps_done
+        return float(self._arrays.steps_done[self._slot_of[job_id]])
 
     # --- internals ----------------------------------------------------------------------------------
 
     def _allocation_input(self, now: float) -> AllocationInput:
         states = list(self.jobs.values())
         specs = [s.spec for s in states]
+        # Slots grow with arrival and the job table keeps arrival order: the live slots, ascending, are
+        # the jobs in table order.
+        slots = np.fromiter((s.slot for s in states), np.int64, len(states))
+        arrays = self._arrays
         entities = None
         if any(s.entity is not None for s in specs):
             entities = np.array([-1 if s.entity is None else s.entity for s in specs])
         inp = AllocationInput(
-            job_ids=np.array([s.job_id for s in specs], dtype=np.int64),
+            job_ids=np.fromiter(self.jobs, np.int64, len(states)),
             worker_types=self.layout.worker_types,
             num_workers=self.layout.num_workers,
-            throughputs=np.array([s.throughputs for s in specs], dtype=float).reshape(
-                len(specs), self.layout_k
-            ),
-            scale_factors=np.array([s.scale_factor for s in specs], dtype=np.int64),
-            weights=np.array([s.weight for s in specs]),
-            remaining_steps=np.array([max(s.spec.total_steps - s.steps_done, 0.0) for s in states]),
-            arrival_times=np.array([s.arrival_s for s in specs]),
+            throughputs=arrays.throughputs[slots],
+            scale_factors=arrays.scale_factor[slots].astype(np.int64),
+            weights=arrays.weight[slots],
+            remaining_steps=np.maximum(arrays.total_steps[slots] - arrays.steps_done[slots], 0.0),
+            arrival_times=arrays.arrival_s[slots],
             now=now,
-            iso_elapsed=np.array([s.iso_elapsed for s in states]),
-            slo_deadlines=np.array([s.slo_deadline_s for s in specs]),
+            iso_elapsed=arrays.iso_elapsed[slots],
+            slo_deadlines=arrays.slo_deadline_s[slots],
             prices=self.prices,
             budget=self.budget,
             entities=entities,
@@ -335,16 +397,18 @@ class GavelScheduler:
             pairs=self._pair_candidates(specs) if self.space_sharing else None,
             previous=self.allocation,
         )
+        self._input_slots = slots
         return inp
 
     def _accumulate_iso(self, inp: AllocationInput) -> None:
         """FTF's t^iso: the time the steps made since the last reset would have taken under a 1/n share."""
         tau_iso = (inp.throughputs * isolated_fractions(inp.num_workers, inp.scale_factors)).sum(axis=1)
-        for row, state in enumerate(self.jobs.values()):
-            progressed = state.steps_done - state.steps_at_reset
-            if tau_iso[row] > 0:
-                state.iso_elapsed += progressed / tau_iso[row]
-            state.steps_at_reset = state.steps_done
+        slots = self._input_slots
+        arrays = self._arrays
+        progressed = arrays.steps_done[slots] - arrays.steps_at_reset[slots]
+        served = tau_iso > 0
+        arrays.iso_elapsed[slots[served]] += progressed[served] / tau_iso[served]
+        arrays.steps_at_reset[slots] = arrays.steps_done[slots]
 
     def _pair_candidates(self, specs: list[JobSpec]) -> PairCandidates | None:
         """Same-scale-factor pairs whose shared throughput beats time-sharing, best first (§5.3.1)."""

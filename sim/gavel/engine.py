@@ -157,8 +157,11 @@ class GavelSimulation:
         combo, jobs, shared = self._slots(plan)
         types = plan.worker_types[combo]
         rate = self._slot_rates(plan, combo, jobs, types)
-        ran_before = np.zeros(len(plan), dtype=bool)
-        np.logical_or.at(ran_before, combo, self.has_run[jobs])
+        if len(jobs) == len(plan):
+            ran_before = self.has_run[jobs]
+        else:
+            ran_before = np.zeros(len(plan), dtype=bool)
+            np.logical_or.at(ran_before, combo, self.has_run[jobs])
         charged = ~plan.renewed & (ran_before | self.mechanism.overhead_on_first_start)
         per_type = np.zeros(len(self.layout.worker_types))
         per_type[: len(self.mechanism.preemption_overhead_s)] = self.mechanism.preemption_overhead_s
@@ -219,12 +222,7 @@ class GavelSimulation:
         if preempted.any():
             # A preempted combination received nothing it keeps: no credit towards its share.
             seconds[combo[preempted]] = 0.0
-        self.scheduler.record_round(
-            plan,
-            seconds,
-            dict(zip(jobs.tolist(), steps.tolist(), strict=True)),
-            latest - start,
-        )
+        self.scheduler.record_round(plan, seconds, (jobs, steps), latest - start)
         if self.policy_throughputs is not None:
             # Each lease's steps/s as the real backend measures it (alone on its workers, trained, not
             # evicted) feeds the policy's estimate of that job on that type.
@@ -240,6 +238,20 @@ class GavelSimulation:
     @staticmethod
     def _slots(plan: RoundPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One slot per job in the plan: its combination, the job, and its partner (-1 when alone)."""
+        if plan.members is not None:
+            members = plan.members
+            shared = members[:, 1] >= 0
+            if not shared.any():
+                return np.arange(len(plan)), members[:, 0].copy(), np.full(len(plan), -1, dtype=np.int64)
+            # A pair gives two slots in a row, its first member's then its second's.
+            combo = np.repeat(np.arange(len(plan)), np.where(shared, 2, 1))
+            first = np.ones(len(combo), dtype=bool)
+            first[1:] = combo[1:] != combo[:-1]
+            jobs = np.where(first, members[combo, 0], members[combo, 1])
+            shared_with = np.where(
+                members[combo, 1] < 0, -1, np.where(first, members[combo, 1], members[combo, 0])
+            )
+            return combo, jobs, shared_with
         if all(len(key) == 1 for key in plan.job_ids):
             jobs = np.array([key[0] for key in plan.job_ids], dtype=np.int64)
             return np.arange(len(plan)), jobs, np.full(len(plan), -1, dtype=np.int64)
@@ -258,6 +270,8 @@ class GavelSimulation:
         rate = np.where(
             plan.consolidated[combo], self.rate_consolidated[jobs, types], self.rate_spread[jobs, types]
         )
+        if len(jobs) == len(plan):
+            return rate
         for c, key in enumerate(plan.job_ids):
             if len(key) == 2:
                 assert self.colocation is not None
