@@ -199,6 +199,18 @@ def _place_type(
     (free GPUs, server number), ``free // need`` jobs each. A job that fits no single server is spread.
     """
     k = layout.gpus_per_server[j]
+    if needs[0] == 1:
+        # Single-GPU jobs only (the largest comes first): the free GPUs in order of (their server's free
+        # count, GPU number), one each.
+        ids = np.flatnonzero(free)
+        if pending.size > ids.size:
+            raise ValueError(f"placement on {layout.worker_types[j]} asked for more GPUs than are free")
+        server = ids // k
+        chosen = ids[np.argsort(np.bincount(server)[server], kind="stable")[: pending.size]]
+        for i, g in zip(pending.tolist(), chosen.tolist(), strict=True):
+            gpus[i] = (g,)
+        consolidated[pending] = True
+        return
     starts = np.arange(0, free.size, k)
     counts = np.add.reduceat(free.astype(np.int64), starts) if free.size else np.zeros(0, dtype=np.int64)
     bounds = np.concatenate([[0], np.flatnonzero(np.diff(needs)) + 1, [len(needs)]]).tolist()

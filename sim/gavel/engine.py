@@ -103,6 +103,8 @@ class GavelSimulation:
             self.remaining[j.spec.job_id] = j.spec.total_steps
             self.rate_consolidated[j.spec.job_id] = j.spec.throughputs
             self.rate_spread[j.spec.job_id] = j.unconsolidated
+        self._overhead_per_type = np.zeros(len(layout.worker_types))
+        self._overhead_per_type[: len(mechanism.preemption_overhead_s)] = mechanism.preemption_overhead_s
         self.window_left = sum(j.in_window for j in jobs)
         self.window_total = max(self.window_left, 1)
         self.round_chunks: list[tuple[np.ndarray, ...]] = []
@@ -163,9 +165,7 @@ class GavelSimulation:
             ran_before = np.zeros(len(plan), dtype=bool)
             np.logical_or.at(ran_before, combo, self.has_run[jobs])
         charged = ~plan.renewed & (ran_before | self.mechanism.overhead_on_first_start)
-        per_type = np.zeros(len(self.layout.worker_types))
-        per_type[: len(self.mechanism.preemption_overhead_s)] = self.mechanism.preemption_overhead_s
-        overhead = np.where(charged, np.minimum(per_type[plan.worker_types], length), 0.0)
+        overhead = np.where(charged, np.minimum(self._overhead_per_type[plan.worker_types], length), 0.0)
         run = length - overhead[combo]
         left = self.remaining[jobs]
         finishes = (rate > 0) & (rate * run >= left)
@@ -193,9 +193,12 @@ class GavelSimulation:
                 finishes = finishes & ~preempted
                 steps = np.where(preempted, 0.0, steps)
                 finish_t = np.where(preempted, cut, finish_t)
-        combo_end = np.full(len(plan), -np.inf)
-        np.maximum.at(combo_end, combo, finish_t)
-        combo_end = np.minimum(combo_end, start + length)
+        if len(jobs) == len(plan):
+            combo_end = np.minimum(finish_t, start + length)
+        else:
+            combo_end = np.full(len(plan), -np.inf)
+            np.maximum.at(combo_end, combo, finish_t)
+            combo_end = np.minimum(combo_end, start + length)
         latest = float(combo_end.max())
         yield self.env.timeout(latest - start)
 
@@ -211,7 +214,7 @@ class GavelSimulation:
                 np.where(finishes | preempted, finish_t, latest),
                 jobs,
                 types,
-                np.array([len(g) for g in plan.gpus], dtype=np.int64)[combo],
+                np.fromiter(map(len, plan.gpus), np.int64, len(plan))[combo],
                 plan.consolidated[combo],
                 plan.renewed[combo],
                 steps,
