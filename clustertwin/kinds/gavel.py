@@ -126,4 +126,5 @@ SPEC = KindSpec(
     ),
     profile=lazy("clustertwin.profile_gavel:profile_gavel"),
     bench=lazy("clustertwin.bench_gavel:bench_gavel"),
+    bench_scale=lazy("clustertwin.bench_gavel:bench_gavel_scale"),
 )

@@ -107,6 +107,7 @@ class KindSpec:
     reproduce: Reproduce | None = None
     profile: Callable[[ProfileRequest], int] | None = None
     bench: Callable[[Emit], None] | None = None
+    bench_scale: Callable[[Emit], None] | None = None  # ``bench NAME --scale``: past the paper's sizes
 
 
 def lazy(target: str) -> Callable[..., Any]:

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import simpy
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import (
@@ -108,6 +111,11 @@ class GavelSimulation:
         self.window_left = sum(j.in_window for j in jobs)
         self.window_total = max(self.window_left, 1)
         self.round_chunks: list[tuple[np.ndarray, ...]] = []
+        self._chunk_rows = 0
+        self.rounds_file: Path | None = None
+        self._rounds_writer: pq.ParquetWriter | None = None
+        self.job_rounds = 0  # Σ over rounds of the jobs active in the round (a run's cost scales with it)
+        self.max_active = 0
         self.event_rows: list[tuple] = []
         self.num_rounds = 0
         self.num_arrived = 0
@@ -207,7 +215,10 @@ class GavelSimulation:
         self.has_run[jobs] = True
         self.remaining[jobs] -= steps
         self.remaining[jobs[finishes]] = 0.0
-        self.round_chunks.append(
+        active = len(self.scheduler.jobs)
+        self.job_rounds += active
+        self.max_active = max(self.max_active, active)
+        self._keep_rows(
             (
                 np.full(len(jobs), self.num_rounds),
                 np.full(len(jobs), start),
@@ -334,7 +345,7 @@ class GavelSimulation:
         sf = np.array([self.by_id[m].spec.scale_factor for m in jobs.tolist()], dtype=np.int64)
         rate = np.array([rates[m] for m in jobs.tolist()])
         spec_rate = self.rate_consolidated[jobs, types]
-        self.round_chunks.append(
+        self._keep_rows(
             (
                 np.full(len(jobs), -1),
                 np.full(len(jobs), start),
@@ -422,14 +433,33 @@ class GavelSimulation:
         self.env.run(until=done)
         return self.tables()
 
-    def tables(self) -> dict[str, pd.DataFrame]:
-        steps = {j.spec.job_id: j.spec.total_steps - self.remaining[j.spec.job_id] for j in self.jobs}
-        jobs = jobs_table(self.jobs, self.first_start, self.completion, steps)
+    def stream_rounds(self, path: Path) -> None:
+        """Write the per-job-per-round table to the Parquet file ``path`` in chunks as the run goes,
+        instead of keeping it (``tables()`` then returns it empty): a long run's memory then does not
+        grow with it. Call before :meth:`run`."""
+        if self.market is not None:
+            raise ValueError("a market's round costs need the rounds table in memory: it cannot stream")
+        self.rounds_file = path
+
+    def _keep_rows(self, chunk: tuple[np.ndarray, ...]) -> None:
+        self.round_chunks.append(chunk)
+        self._chunk_rows += len(chunk[0])
+        if self.rounds_file is not None and self._chunk_rows >= STREAM_CHUNK_ROWS:
+            self._flush_rounds()
+
+    def _flush_rounds(self) -> None:
+        """Append the rows kept so far to ``rounds_file`` and drop them."""
+        assert self.rounds_file is not None
+        table = pa.Table.from_pandas(self._rounds_frame(), preserve_index=False)
+        if self._rounds_writer is None:
+            self._rounds_writer = pq.ParquetWriter(self.rounds_file, table.schema)
+        self._rounds_writer.write_table(table)
+        self.round_chunks = []
+        self._chunk_rows = 0
+
+    def _rounds_frame(self) -> pd.DataFrame:
         columns = (
-            [
-                np.concatenate(parts) if self.round_chunks else np.zeros(0)
-                for parts in zip(*self.round_chunks, strict=True)
-            ]
+            [np.concatenate(parts) for parts in zip(*self.round_chunks, strict=True)]
             if self.round_chunks
             else [np.zeros(0)] * len(_ROUND_COLUMNS)
         )
@@ -442,6 +472,17 @@ class GavelSimulation:
         rounds["worker_type"] = np.array(self.layout.worker_types, dtype=object)[
             rounds["worker_type"].to_numpy()
         ]
+        return rounds
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        steps = {j.spec.job_id: j.spec.total_steps - self.remaining[j.spec.job_id] for j in self.jobs}
+        jobs = jobs_table(self.jobs, self.first_start, self.completion, steps)
+        if self.rounds_file is not None:
+            self._flush_rounds()
+            assert self._rounds_writer is not None
+            self._rounds_writer.close()
+            self._rounds_writer = None
+        rounds = self._rounds_frame()
         events = pd.DataFrame(self.event_rows, columns=["time_s", "kind", "job_id", "detail"])
         events = events.astype({"time_s": "float64", "kind": str, "job_id": "int64", "detail": str})
         tables = {"jobs": jobs, "rounds": rounds, "events": events}
@@ -453,6 +494,9 @@ class GavelSimulation:
             tables.update(self.market.tables(float(self.env.now)))
         return tables
 
+
+# Rows of the per-job-per-round table kept in memory before a streamed run writes them out.
+STREAM_CHUNK_ROWS = 1_000_000
 
 _ROUND_COLUMNS = (
     ("round", np.int64),
