@@ -27,7 +27,7 @@ class ComboTable:
     def __init__(self, k: int, round_s: float) -> None:
         self.k = k
         self.half_round = round_s / 2  # new and reset rows start as if half a round had passed
-        self._install([], np.zeros(0, dtype=np.int64), np.zeros((0, k)))
+        self._install([], np.zeros(0, dtype=np.int64), np.zeros((0, k)), np.full((0, 2), -1, dtype=np.int64))
 
     def __len__(self) -> int:
         """Live combinations."""
@@ -39,8 +39,10 @@ class ComboTable:
 
     # --- storage ------------------------------------------------------------------------------------
 
-    def _install(self, keys: list[Key], scale_factors: np.ndarray, allocation: np.ndarray) -> None:
-        """Fresh rows for ``keys`` with empty bookkeeping (capacity: the next power of two)."""
+    def _install(
+        self, keys: list[Key], scale_factors: np.ndarray, allocation: np.ndarray, members: np.ndarray
+    ) -> None:
+        """Fresh rows for ``keys`` (``members``: their job ids, -1 padded) with empty bookkeeping."""
         n = len(keys)
         cap = max(16, 1 << max(n - 1, 0).bit_length())
         self._buf = {
@@ -61,10 +63,9 @@ class ComboTable:
         self._views()
         self.scale_factors[:] = scale_factors
         self.allocation[:] = allocation
-        for row, key in enumerate(keys):
-            self.members[row, : len(key)] = key
+        self.members[:] = members
         self.alive[:] = True
-        self._pairs = sum(len(key) == 2 for key in keys)
+        self._pairs = int(np.count_nonzero(members[:, 1] >= 0))
         self._dead = 0
 
     def _views(self) -> None:
@@ -149,24 +150,30 @@ class ComboTable:
         if self._dead > max(len(self.index), _MIN_COMPACT):
             self._compact()
 
-    def reset(self, entries: Sequence[tuple[Key, int, np.ndarray]]) -> None:
-        """Install a new allocation. Deficits carry over: each adds ``X·elapsed − received`` of its period."""
+    def reset(self, keys: list[Key], scale_factors: np.ndarray, allocation: np.ndarray) -> None:
+        """Install a new allocation: row i is combination ``keys[i]`` with its scale factor and X row.
+        Deficits carry over: each adds ``X·elapsed − received`` of its period."""
         carried = self.deficit + self.allocation * self.elapsed[:, None] - self.received
-        old = {
-            key: (carried[row], self.last_type[row], self.last_gpus[row], self.last_consolidated[row])
-            for key, row in self.index.items()
-        }
-        n = len(entries)
+        index = self.index
+        old = np.fromiter((index.get(key, -1) for key in keys), np.int64, len(keys))
+        last_type, last_consolidated, last_gpus = self.last_type, self.last_consolidated, self.last_gpus
+        members = np.full((len(keys), 2), -1, dtype=np.int64)
+        if all(len(key) == 1 for key in keys):
+            members[:, 0] = [key[0] for key in keys]
+        else:
+            for row, key in enumerate(keys):
+                members[row, : len(key)] = key
         self._install(
-            [key for key, _, _ in entries],
-            np.array([sf for _, sf, _ in entries], dtype=np.int64),
-            np.array([x for _, _, x in entries], dtype=float).reshape(n, self.k),
+            list(keys),
+            np.asarray(scale_factors, dtype=np.int64),
+            np.asarray(allocation, dtype=float).reshape(len(keys), self.k),
+            members,
         )
-        for row, key in enumerate(self.keys):
-            if key in old:
-                (self.deficit[row], self.last_type[row], self.last_gpus[row], self.last_consolidated[row]) = (
-                    old[key]
-                )
+        kept = old >= 0
+        self.deficit[kept] = carried[old[kept]]
+        self.last_type[kept] = last_type[old[kept]]
+        self.last_consolidated[kept] = last_consolidated[old[kept]]
+        self.last_gpus = [last_gpus[r] if r >= 0 else () for r in old.tolist()]
 
     def record_round(
         self,
@@ -195,7 +202,7 @@ class ComboTable:
         keep = {name: buf[: self._n][rows] for name, buf in self._buf.items()}
         keys = [self.keys[r] for r in rows.tolist()]
         last_gpus = [self.last_gpus[r] for r in rows.tolist()]
-        self._install(keys, keep["scale_factors"], keep["allocation"])
+        self._install(keys, keep["scale_factors"], keep["allocation"], keep["members"])
         for name, values in keep.items():
             getattr(self, name)[:] = values
         self.last_gpus = last_gpus

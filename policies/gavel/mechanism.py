@@ -170,7 +170,8 @@ def place_round(
     types = np.asarray(types, dtype=np.int64)
     scale_factors = np.asarray(scale_factors, dtype=np.int64)
     renewed = np.asarray(last_type) == types
-    gpus: list[tuple[int, ...]] = [last_gpus[i] if renewed[i] else () for i in range(len(types))]
+    renews = renewed.tolist()
+    gpus: list[tuple[int, ...]] = [held if r else () for held, r in zip(last_gpus, renews, strict=True)]
     consolidated = np.where(renewed, last_consolidated, False)
     for j in np.unique(types[~renewed]).tolist():
         free = np.ones(layout.gpus[j], dtype=bool)

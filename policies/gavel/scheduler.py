@@ -299,15 +299,15 @@ class GavelScheduler:
         inp = self._allocation_input(now)
         self._accumulate_iso(inp)
         allocation = self.policy.allocate(inp, self.rng)
-        entries = [
-            ((int(m),), int(sf), x)
-            for m, sf, x in zip(inp.job_ids, inp.scale_factors, allocation.fractions, strict=True)
-        ]
+        keys: list[tuple[int, ...]] = [(m,) for m in inp.job_ids.tolist()]
+        scale_factors, rows = [inp.scale_factors], [allocation.fractions]
         if allocation.pair_fractions is not None and allocation.pair_members is not None:
             for (a, b), x in zip(allocation.pair_members.tolist(), allocation.pair_fractions, strict=True):
                 if x.sum() > 1e-9:
-                    entries.append(((a, b), self.jobs[a].spec.scale_factor, x))
-        self.combos.reset(entries)
+                    keys.append((a, b))
+                    scale_factors.append(np.array([self.jobs[a].spec.scale_factor]))
+                    rows.append(x[None, :])
+        self.combos.reset(keys, np.concatenate(scale_factors), np.concatenate(rows))
         self.allocation = allocation
         self.last_input = inp
         self.last_reset_s = now
