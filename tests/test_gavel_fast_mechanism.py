@@ -158,7 +158,13 @@ def test_dropping_jobs_keeps_the_live_rows_in_order_through_compaction():
     table = ComboTable(2, 360.0)
     for m in range(200):
         table.add((m,), 1 + m % 2, np.zeros(2))
-    table.reset([(m,) for m in range(200)], 1 + np.arange(200) % 2, np.tile([0.5, 0.25], (200, 1)))
+    ids = np.arange(200)
+    table.reset(
+        [(m,) for m in range(200)],
+        np.column_stack([ids, -np.ones(200)]),
+        1 + ids % 2,
+        np.tile([0.5, 0.25], (200, 1)),
+    )
     rows = np.arange(0, 200, 3)
     table.record_round(
         rows, rows % 2, [(int(r),) for r in rows], np.ones(len(rows), dtype=bool), rows * 1.0, 60.0

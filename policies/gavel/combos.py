@@ -150,19 +150,19 @@ class ComboTable:
         if self._dead > max(len(self.index), _MIN_COMPACT):
             self._compact()
 
-    def reset(self, keys: list[Key], scale_factors: np.ndarray, allocation: np.ndarray) -> None:
-        """Install a new allocation: row i is combination ``keys[i]`` with its scale factor and X row.
-        Deficits carry over: each adds ``X·elapsed − received`` of its period."""
+    def reset(
+        self, keys: list[Key], members: np.ndarray, scale_factors: np.ndarray, allocation: np.ndarray
+    ) -> None:
+        """Install a new allocation: row i is combination ``keys[i]`` (``members[i]``: its job ids, -1
+        padded) with its scale factor and X row. Deficits carry over: each adds ``X·elapsed − received``
+        of its period."""
         carried = self.deficit + self.allocation * self.elapsed[:, None] - self.received
-        index = self.index
-        old = np.fromiter((index.get(key, -1) for key in keys), np.int64, len(keys))
-        last_type, last_consolidated, last_gpus = self.last_type, self.last_consolidated, self.last_gpus
-        members = np.full((len(keys), 2), -1, dtype=np.int64)
-        if all(len(key) == 1 for key in keys):
-            members[:, 0] = [key[0] for key in keys]
+        members = np.asarray(members, dtype=np.int64).reshape(len(keys), 2)
+        if not self._pairs and not (members[:, 1] >= 0).any():
+            old = self._single_rows(members[:, 0])
         else:
-            for row, key in enumerate(keys):
-                members[row, : len(key)] = key
+            old = np.fromiter((self.index.get(key, -1) for key in keys), np.int64, len(keys))
+        last_type, last_consolidated, last_gpus = self.last_type, self.last_consolidated, self.last_gpus
         self._install(
             list(keys),
             np.asarray(scale_factors, dtype=np.int64),
@@ -174,6 +174,16 @@ class ComboTable:
         self.last_type[kept] = last_type[old[kept]]
         self.last_consolidated[kept] = last_consolidated[old[kept]]
         self.last_gpus = [last_gpus[r] if r >= 0 else () for r in old.tolist()]
+
+    def _single_rows(self, job_ids: np.ndarray) -> np.ndarray:
+        """The live row of each job's single combination, -1 where it has none (no pairs in the table)."""
+        live = np.flatnonzero(self.alive)
+        ids = self.members[live, 0]
+        if not ids.size:
+            return np.full(len(job_ids), -1, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        at = np.minimum(np.searchsorted(ids[order], job_ids), ids.size - 1)
+        return np.where(ids[order][at] == job_ids, live[order][at], -1)
 
     def record_round(
         self,

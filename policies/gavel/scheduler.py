@@ -24,6 +24,9 @@ from clustertwin.policies.gavel.mechanism import place_round, priorities, select
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput, PairCandidates
 from clustertwin.policies.registry import AllocationPolicy
 
+# Job ids below this are mapped to their slots by an array (larger ones by a dict only).
+_MAX_DENSE_ID = 1 << 24
+
 # The weight of a new measurement in a job's smoothed throughput (§5.3.3; Gavel's artifact uses 0.5).
 ONLINE_SMOOTHING = 0.5
 
@@ -103,6 +106,7 @@ class _JobArrays:
         self.k = k
         self.n = 0
         self.throughputs = np.zeros((16, k))
+        self.job_ids = np.zeros(16, dtype=np.int64)
         self.numbers = {
             name: np.zeros(16)
             for name in (
@@ -123,7 +127,9 @@ class _JobArrays:
             grow = len(self.throughputs)
             self.throughputs = np.vstack([self.throughputs, np.zeros((grow, self.k))])
             self.numbers = {name: np.concatenate([v, np.zeros(grow)]) for name, v in self.numbers.items()}
+            self.job_ids = np.concatenate([self.job_ids, np.zeros(grow, dtype=np.int64)])
         self.throughputs[slot] = spec.throughputs
+        self.job_ids[slot] = spec.job_id
         for name in ("scale_factor", "weight", "total_steps", "arrival_s", "slo_deadline_s"):
             self.numbers[name][slot] = getattr(spec, name)
         self.n = slot + 1
@@ -164,6 +170,10 @@ class GavelScheduler:
         self.jobs: dict[int, _JobState] = {}
         self._arrays = _JobArrays(len(layout.worker_types))
         self._slot_of: dict[int, int] = {}
+        # Job id → slot as an array too, for a round's jobs at once; ids beyond _MAX_DENSE_ID use the dict.
+        self._slot_by_id = np.full(16, -1, dtype=np.int64)
+        self._alive = np.zeros(16, dtype=bool)  # per slot: the job is active
+        self._with_entity = 0
         self.combos = ComboTable(len(layout.worker_types), self.config.round_s)
         self.allocation: Allocation | None = None
         self.last_input: AllocationInput | None = None
@@ -203,6 +213,16 @@ class GavelScheduler:
         slot = self._arrays.add(spec)
         self.jobs[spec.job_id] = _JobState(spec, slot)
         self._slot_of[spec.job_id] = slot
+        if 0 <= spec.job_id < _MAX_DENSE_ID:
+            if spec.job_id >= len(self._slot_by_id):
+                grown = np.full(max(2 * len(self._slot_by_id), spec.job_id + 1), -1, dtype=np.int64)
+                grown[: len(self._slot_by_id)] = self._slot_by_id
+                self._slot_by_id = grown
+            self._slot_by_id[spec.job_id] = slot
+        if slot >= len(self._alive):
+            self._alive = np.concatenate([self._alive, np.zeros(len(self._alive), dtype=bool)])
+        self._alive[slot] = True
+        self._with_entity += spec.entity is not None
         self.combos.add((spec.job_id,), spec.scale_factor, np.zeros(self.layout_k))
         self._dirty = True
 
@@ -212,8 +232,12 @@ class GavelScheduler:
         self.combos.forget_placement(job_id)
 
     def remove_job(self, job_id: int) -> None:
-        del self.jobs[job_id]
+        state = self.jobs.pop(job_id)
         del self._slot_of[job_id]
+        if 0 <= job_id < _MAX_DENSE_ID:
+            self._slot_by_id[job_id] = -1
+        self._alive[state.slot] = False
+        self._with_entity -= state.spec.entity is not None
         self.combos.drop_job(job_id)
         self._dirty = True
 
@@ -231,7 +255,7 @@ class GavelScheduler:
         """
         if isinstance(steps, tuple):
             ids, made = steps
-            slots = np.fromiter(map(self._slot_of.__getitem__, ids.tolist()), np.int64, len(ids))
+            slots = self._slots_of(ids)
             self._arrays.steps_done[slots] += made
         else:
             for job_id, n in steps.items():
@@ -244,6 +268,15 @@ class GavelScheduler:
             np.asarray(seconds, dtype=float),
             duration_s,
         )
+
+    def _slots_of(self, ids: np.ndarray) -> np.ndarray:
+        """The slots of active jobs ``ids`` (KeyError for a job that is not active)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and 0 <= ids.min() and ids.max() < len(self._slot_by_id):
+            slots = self._slot_by_id[ids]
+            if (slots >= 0).all():
+                return slots
+        return np.fromiter(map(self._slot_of.__getitem__, ids.tolist()), np.int64, len(ids))
 
     def observe_throughput(self, job_id: int, worker_type: int, measured: float, smoothing: float) -> None:
         """A measured throughput (steps/s) of a job on a type, blended into what the policy plans with:
@@ -300,14 +333,16 @@ class GavelScheduler:
         self._accumulate_iso(inp)
         allocation = self.policy.allocate(inp, self.rng)
         keys: list[tuple[int, ...]] = [(m,) for m in inp.job_ids.tolist()]
+        members = [np.column_stack([inp.job_ids, np.full(inp.n, -1)])]
         scale_factors, rows = [inp.scale_factors], [allocation.fractions]
         if allocation.pair_fractions is not None and allocation.pair_members is not None:
             for (a, b), x in zip(allocation.pair_members.tolist(), allocation.pair_fractions, strict=True):
                 if x.sum() > 1e-9:
                     keys.append((a, b))
+                    members.append(np.array([[a, b]]))
                     scale_factors.append(np.array([self.jobs[a].spec.scale_factor]))
                     rows.append(x[None, :])
-        self.combos.reset(keys, np.concatenate(scale_factors), np.concatenate(rows))
+        self.combos.reset(keys, np.concatenate(members), np.concatenate(scale_factors), np.concatenate(rows))
         self.allocation = allocation
         self.last_input = inp
         self.last_reset_s = now
@@ -369,17 +404,17 @@ class GavelScheduler:
     # --- internals ----------------------------------------------------------------------------------
 
     def _allocation_input(self, now: float) -> AllocationInput:
-        states = list(self.jobs.values())
-        specs = [s.spec for s in states]
         # Slots grow with arrival and the job table keeps arrival order: the live slots, ascending, are
         # the jobs in table order.
-        slots = np.fromiter((s.slot for s in states), np.int64, len(states))
+        slots = np.flatnonzero(self._alive)
         arrays = self._arrays
-        entities = None
-        if any(s.entity is not None for s in specs):
+        entities = specs = None
+        if self._with_entity or self.space_sharing:
+            specs = [s.spec for s in self.jobs.values()]
+        if self._with_entity:
             entities = np.array([-1 if s.entity is None else s.entity for s in specs])
         inp = AllocationInput(
-            job_ids=np.fromiter(self.jobs, np.int64, len(states)),
+            job_ids=arrays.job_ids[slots],
             worker_types=self.layout.worker_types,
             num_workers=self.layout.num_workers,
             throughputs=arrays.throughputs[slots],
@@ -394,7 +429,7 @@ class GavelScheduler:
             budget=self.budget,
             entities=entities,
             entity_weights=self.entity_weights,
-            pairs=self._pair_candidates(specs) if self.space_sharing else None,
+            pairs=self._pair_candidates(specs) if specs is not None and self.space_sharing else None,
             previous=self.allocation,
         )
         self._input_slots = slots
