@@ -59,19 +59,20 @@ def select_round(
     busy = np.zeros(prio.shape[0], dtype=bool)
     rows: list[np.ndarray] = []
     types: list[np.ndarray] = []
+    one_gpu_each = not scale_factors.size or int(scale_factors.max()) == 1
     for j in type_order:
         free = int(capacity[j])
         if free <= 0:
             continue
         column = prio[:, j]
         # Combinations already chosen on an earlier type drop out; a stable sort keeps the others' order.
-        candidates = np.flatnonzero((column > 0) & ~busy)
+        candidates = ((column > 0) & ~busy).nonzero()[0]
         if candidates.size == 0:
             continue
         order = candidates[
             np.lexsort((-allocation[candidates, j], -deficit[candidates, j], -column[candidates]))
         ]
-        chosen = _fill(order, scale_factors[order], free)
+        chosen = order[:free] if one_gpu_each else _fill(order, scale_factors[order], free)
         busy[chosen] = True
         rows.append(chosen)
         types.append(np.full(chosen.size, j, dtype=np.int64))
@@ -173,12 +174,15 @@ def place_round(
     renews = renewed.tolist()
     gpus: list[tuple[int, ...]] = [held if r else () for held, r in zip(last_gpus, renews, strict=True)]
     consolidated = np.where(renewed, last_consolidated, False)
-    for j in np.unique(types[~renewed]).tolist():
+    if renewed.all():
+        return gpus, consolidated, renewed
+    for j in np.bincount(types[~renewed], minlength=len(layout.gpus)).nonzero()[0].tolist():
         free = np.ones(layout.gpus[j], dtype=bool)
-        kept = [gpus[i] for i in np.flatnonzero(renewed & (types == j)).tolist()]
+        on_type = types == j
+        kept = [gpus[i] for i in (renewed & on_type).nonzero()[0].tolist()]
         if kept:
             free[np.fromiter(itertools.chain.from_iterable(kept), dtype=np.int64)] = False
-        pending = np.flatnonzero(~renewed & (types == j))
+        pending = (~renewed & on_type).nonzero()[0]
         pending = pending[np.argsort(-scale_factors[pending], kind="stable")]
         _place_type(layout, j, free, pending, scale_factors[pending], gpus, consolidated)
     return gpus, consolidated, renewed
