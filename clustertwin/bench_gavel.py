@@ -117,8 +117,9 @@ JOBS_PER_HOUR_PER_GPU = 5.0 / 108
 
 def bench_gavel_scale(emit: Callable[[str, object], None]) -> None:
     """Emit wall time, rounds, peak memory and solve time of LAS at each of ``SCALE_GPUS``, then the
-    per-round cost per active job at each size and its slope (linear fit of seconds per round against
-    mean active jobs)."""
+    per-round cost per active job at each size and its slope (linear fit of CPU seconds per round
+    against mean active jobs: CPU time, because wall time beside other work says more about the
+    neighbours than about the simulator)."""
     emit("scale_point", "LAS aware, 4 types (v100, p100, k80, v100x1 derived), 10 single-GPU jobs per GPU")
     points = []
     with tempfile.TemporaryDirectory(prefix="gavel-scale-") as folder:
@@ -129,11 +130,11 @@ def bench_gavel_scale(emit: Callable[[str, object], None]) -> None:
                 rounds_file = Path(folder) / f"rounds-{gpus}.parquet"
                 point = pool.submit(scale_point, gpus, table, rounds_file).result()
             points.append(point)
-            tag = f"{gpus // 1000}k"
+            tag = f"{gpus // 1000}k" if gpus >= 1000 else str(gpus)
             for key, value in point.items():
                 emit(f"scale_{tag}_{key}" if key != "s" else f"scale_{tag}_s", value)
-    active = np.array([p["mean_active_jobs"] for p in points])
-    per_round = np.array([p["run_s"] / max(p["rounds"], 1) for p in points])
+    active = np.array([float(p["mean_active_jobs"]) for p in points])
+    per_round = np.array([float(p["run_cpu_s"]) / max(int(p["rounds"]), 1) for p in points])
     slope, intercept = np.polyfit(active, per_round, 1)
     emit("scale_slope_us_per_job_round", f"{slope * 1e6:.2f}")
     emit("scale_intercept_ms_per_round", f"{intercept * 1e3:.3f}")
@@ -180,7 +181,7 @@ def scale_point(gpus: int, table: str, rounds_file: Path) -> dict[str, object]:
     silence_solver_banner()
     started, cpu_started = time.perf_counter(), time.process_time()
     simulation = build(load_scenario(None, scale_overrides(gpus, table)))
-    built = time.perf_counter() - started
+    built, cpu_built = time.perf_counter() - started, time.process_time() - cpu_started
     timed = TimedPolicy(simulation.scheduler.policy)
     simulation.scheduler.policy = timed
     simulation.stream_rounds(rounds_file)
@@ -196,7 +197,8 @@ def scale_point(gpus: int, table: str, rounds_file: Path) -> dict[str, object]:
         "s": f"{total:.2f}",
         "cpu_s": f"{cpu:.2f}",  # beside other work, wall time overstates the cost; CPU time does not
         "build_s": f"{built:.2f}",
-        "run_s": total - built,
+        "run_s": f"{total - built:.2f}",
+        "run_cpu_s": f"{cpu - cpu_built:.2f}",
         "rounds": simulation.num_rounds,
         "resets": simulation.scheduler.num_resets,
         "jobs": len(simulation.jobs),
@@ -204,8 +206,9 @@ def scale_point(gpus: int, table: str, rounds_file: Path) -> dict[str, object]:
         "max_active_jobs": largest,
         "solve_s_at_max_active": f"{solve_s:.4f}",
         "solve_total_s": f"{sum(t for _, t in timed.solves):.2f}",
-        "mean_active_jobs": simulation.job_rounds / max(simulation.num_rounds, 1),
+        "mean_active_jobs": f"{simulation.job_rounds / max(simulation.num_rounds, 1):.1f}",
         "us_per_job_round": f"{(total - built) / max(simulation.job_rounds, 1) * 1e6:.2f}",
+        "cpu_us_per_job_round": f"{(cpu - cpu_built) / max(simulation.job_rounds, 1) * 1e6:.2f}",
         "rounds_table_rows": pq.ParquetFile(rounds_file).metadata.num_rows,
     }
 
