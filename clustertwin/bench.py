@@ -10,13 +10,15 @@ from clustertwin.errors import InputError
 from clustertwin.kinds import get_kind, kinds
 
 
-def bench(name: str) -> int:
-    """Run kind ``name``'s benchmark; an unknown name is an InputError listing the known ones."""
+def bench(name: str, scale: bool = False) -> int:
+    """Run kind ``name``'s benchmark (``scale``: its scale benchmark); an unknown name is an InputError
+    listing the known ones."""
     known = benchmarks()
     if name not in known:
         raise InputError(f"bench {name}", f"unknown benchmark; known: {', '.join(known)}")
-    measure = get_kind(name).bench
-    assert measure is not None  # it is in benchmarks()
+    measure = get_kind(name).bench_scale if scale else get_kind(name).bench
+    if measure is None:
+        raise InputError(f"bench {name} --scale", "this kind has no scale benchmark")
     measure(_emit)
     return 0
 

@@ -3,20 +3,36 @@ LAS, 36:36:36 GPUs, λ = 5 jobs/h, steady-state window jobs 4000–5000) and the
 LAS, FTF and makespan at 32…2,048 active jobs. For scale, Gavel's own simulator on a 2-core machine takes
 about 150 s for that point and its solves at 2,048 jobs take 0.06 s (LAS), 0.5 s (makespan) and 6.7 s
 (FTF).
+
+``--scale`` (:func:`bench_gavel_scale`) simulates clusters past the paper's: 1,024, 3,200 and 10,000 GPUs
+of four types under heterogeneity-aware LAS, ten single-GPU Philly-like jobs per GPU arriving at the
+full point's rate per GPU (5 jobs/h per 108 GPUs), every job run to completion. Each size runs in a
+fresh process, so its peak memory (``ru_maxrss``) is its own; the per-job-per-round table is streamed to
+a Parquet file in chunks, so that it does not set the memory floor. The fourth type is derived, not
+measured: ``v100x1``, V100s on single-GPU servers (cloud-style instances), whose throughput is Gavel's
+``v100_unconsolidated`` column (a distributed job's workers each on their own server); for the
+single-GPU jobs run here it equals the V100's.
 """
 
 from __future__ import annotations
 
+import json
+import resource
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
 
 import numpy as np
 
 from clustertwin.policies.gavel.problem import AllocationInput
 from clustertwin.policies.registry import make_policy
 from clustertwin.scenarios.load import load_scenario
-from clustertwin.sim.gavel.setup import run
+from clustertwin.sim.gavel.setup import build, run
 from clustertwin.traces.gavel_generator import generate_gavel_jobs
 from clustertwin.traces.gavel_throughputs import ThroughputTable
 
@@ -90,3 +106,125 @@ def time_solves(policy, inp: AllocationInput, repeats: int) -> tuple[float, floa
         policy.allocate(inp, rng)
         times.append(time.perf_counter() - started)
     return first, statistics.median(times)
+
+
+SCALE_GPUS = (1_024, 3_200, 10_000)  # a multiple of 4 GPUs per type (4-GPU servers)
+JOBS_PER_GPU = 10
+SCALE_TYPES = ("v100", "p100", "k80", "v100x1")
+# The full point's arrival rate per GPU: 5 jobs/h on 108 GPUs.
+JOBS_PER_HOUR_PER_GPU = 5.0 / 108
+
+
+def bench_gavel_scale(emit: Callable[[str, object], None]) -> None:
+    """Emit wall time, rounds, peak memory and solve time of LAS at each of ``SCALE_GPUS``, then the
+    per-round cost per active job at each size and its slope (linear fit of CPU seconds per round
+    against mean active jobs: CPU time, because wall time beside other work says more about the
+    neighbours than about the simulator)."""
+    emit("scale_point", "LAS aware, 4 types (v100, p100, k80, v100x1 derived), 10 single-GPU jobs per GPU")
+    points = []
+    with tempfile.TemporaryDirectory(prefix="gavel-scale-") as folder:
+        table = derived_table(Path(folder) / "throughputs.json")
+        for gpus in SCALE_GPUS:
+            # A fresh process per size: its peak memory is its own, not the largest run's so far.
+            with ProcessPoolExecutor(1, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
+                rounds_file = Path(folder) / f"rounds-{gpus}.parquet"
+                point = pool.submit(scale_point, gpus, table, rounds_file).result()
+            points.append(point)
+            tag = f"{gpus // 1000}k" if gpus >= 1000 else str(gpus)
+            for key, value in point.items():
+                emit(f"scale_{tag}_{key}" if key != "s" else f"scale_{tag}_s", value)
+    active = np.array([float(p["mean_active_jobs"]) for p in points])
+    per_round = np.array([float(p["run_cpu_s"]) / max(int(p["rounds"]), 1) for p in points])
+    slope, intercept = np.polyfit(active, per_round, 1)
+    emit("scale_slope_us_per_job_round", f"{slope * 1e6:.2f}")
+    emit("scale_intercept_ms_per_round", f"{intercept * 1e3:.3f}")
+
+
+def derived_table(path: Path) -> str:
+    """Gavel's simulation table plus the derived ``v100x1`` type (see the module docstring), isolated
+    throughputs only; written to ``path``, which is returned as text for the scenario."""
+    from clustertwin.traces import bundled
+
+    raw = json.loads(bundled.GAVEL_SIMULATION_THROUGHPUTS.read_text())
+    table = {
+        worker: {key: {"null": entry["null"]} for key, entry in raw[worker].items() if "null" in entry}
+        for base in ("v100", "p100", "k80")
+        for worker in (base, f"{base}_unconsolidated")
+    }
+    table["v100x1"] = table["v100_unconsolidated"]
+    path.write_text(json.dumps(table))
+    return str(path)
+
+
+def scale_overrides(gpus: int, table: str) -> tuple[str, ...]:
+    per_type = gpus // len(SCALE_TYPES)
+    sizes = ", ".join(f"{t}: {per_type}" for t in SCALE_TYPES)
+    servers = ", ".join(f"{t}: {1 if t == 'v100x1' else 4}" for t in SCALE_TYPES)
+    return (
+        f"throughputs={table}",
+        f"cluster.gpus={{{sizes}}}",
+        f"cluster.gpus_per_server={{{servers}}}",
+        "cluster.prices=null",
+        f"workload.generate.num_jobs={JOBS_PER_GPU * gpus}",
+        f"workload.generate.jobs_per_hour={JOBS_PER_HOUR_PER_GPU * gpus}",
+        "workload.generate.scale_factors=single",
+        "workload.window=null",
+        "policy.name=las",
+        "policy.params={aware: true}",
+    )
+
+
+def scale_point(gpus: int, table: str, rounds_file: Path) -> dict[str, object]:
+    """One size, in its own process: figures for :func:`bench_gavel_scale`."""
+    from clustertwin.solver_banner import silence_solver_banner
+
+    silence_solver_banner()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    simulation = build(load_scenario(None, scale_overrides(gpus, table)))
+    built, cpu_built = time.perf_counter() - started, time.process_time() - cpu_started
+    timed = TimedPolicy(simulation.scheduler.policy)
+    simulation.scheduler.policy = timed
+    simulation.stream_rounds(rounds_file)
+    simulation.run()
+    total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    if sys.platform == "darwin":
+        peak_kib //= 1024
+    largest, solve_s = max(timed.solves) if timed.solves else (0, 0.0)
+    import pyarrow.parquet as pq
+
+    return {
+        "s": f"{total:.2f}",
+        "cpu_s": f"{cpu:.2f}",  # beside other work, wall time overstates the cost; CPU time does not
+        "build_s": f"{built:.2f}",
+        "run_s": f"{total - built:.2f}",
+        "run_cpu_s": f"{cpu - cpu_built:.2f}",
+        "rounds": simulation.num_rounds,
+        "resets": simulation.scheduler.num_resets,
+        "jobs": len(simulation.jobs),
+        "peak_rss_gb": f"{peak_kib / 2**20:.2f}",
+        "max_active_jobs": largest,
+        "solve_s_at_max_active": f"{solve_s:.4f}",
+        "solve_total_s": f"{sum(t for _, t in timed.solves):.2f}",
+        "mean_active_jobs": f"{simulation.job_rounds / max(simulation.num_rounds, 1):.1f}",
+        "us_per_job_round": f"{(total - built) / max(simulation.job_rounds, 1) * 1e6:.2f}",
+        "cpu_us_per_job_round": f"{(cpu - cpu_built) / max(simulation.job_rounds, 1) * 1e6:.2f}",
+        "rounds_table_rows": pq.ParquetFile(rounds_file).metadata.num_rows,
+    }
+
+
+class TimedPolicy:
+    """A policy that records how long each allocation took and for how many active jobs."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.aware = getattr(policy, "aware", True)
+        self.space_sharing = getattr(policy, "space_sharing", False)
+        self.name = getattr(policy, "name", "policy")
+        self.solves: list[tuple[int, float]] = []
+
+    def allocate(self, inp: AllocationInput, rng: np.random.Generator):
+        started = time.perf_counter()
+        allocation = self.policy.allocate(inp, rng)
+        self.solves.append((inp.n, time.perf_counter() - started))
+        return allocation

@@ -158,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="time a benchmark")
     bench.add_argument("name", help="benchmark name")
+    bench.add_argument("--scale", action="store_true", help="the kind's scale benchmark (large clusters)")
     bench.set_defaults(handler=_bench)
 
     profile = commands.add_parser(
@@ -392,7 +393,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from clustertwin.bench import bench
 
-    return bench(args.name)
+    return bench(args.name, scale=args.scale)
 
 
 def _sweep(args: argparse.Namespace) -> int:

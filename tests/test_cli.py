@@ -189,6 +189,18 @@ def test_reproduce_and_bench_dispatch(monkeypatch: pytest.MonkeyPatch, capsys) -
     assert "unknown benchmark; known: gavel, flexrr, pipedream" in capsys.readouterr().err
 
 
+def test_bench_scale_dispatch(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    calls = []
+    bench = types.SimpleNamespace(
+        bench_gavel_scale=lambda emit: calls.append("scale") or emit("scale_10k_s", 1)
+    )
+    monkeypatch.setitem(sys.modules, "clustertwin.bench_gavel", bench)
+    assert main(["bench", "gavel", "--scale"]) == 0
+    assert calls == ["scale"] and capsys.readouterr().out == "scale_10k_s=1\n"
+    assert main(["bench", "flexrr", "--scale"]) == 2  # a kind without a scale benchmark
+    assert "no scale benchmark" in capsys.readouterr().err
+
+
 def test_progress_bar_draws_only_on_a_terminal() -> None:
     plain = io.StringIO()
     with progress_bar("work", console=Console(file=plain)) as progress:

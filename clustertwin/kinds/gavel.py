@@ -149,4 +149,5 @@ SPEC = KindSpec(
     reproduce=Reproduce(lambda: [*claim_set_names(), "cloud"], _reproduce),
     profile=lazy("clustertwin.profile_gavel:profile_gavel"),
     bench=lazy("clustertwin.bench_gavel:bench_gavel"),
+    bench_scale=lazy("clustertwin.bench_gavel:bench_gavel_scale"),
 )

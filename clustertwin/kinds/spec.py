@@ -113,6 +113,7 @@ class KindSpec:
     profile: Callable[[ProfileRequest], int] | None = None
     bench: Callable[[Emit], None] | None = None
     real_registries: tuple[str, ...] = ()
+    bench_scale: Callable[[Emit], None] | None = None  # ``bench NAME --scale``: past the paper's sizes
 
 
 def lazy(target: str) -> Callable[..., Any]:

@@ -4,6 +4,11 @@ A combination is one job or a pair sharing GPUs. For each the mechanism needs it
 time it received on each type and the time elapsed since the last reset (its priority is their ratio), its
 deficit (the tie-breaker), and where it ran last round (for lease renewal). Keeping them as arrays lets a
 round's priorities be one vectorised expression; rows change only when jobs come and go or X is recomputed.
+
+Rows live in buffers that grow by doubling, and a departed job's rows are only marked dead (their
+allocation is zeroed, so they never run) until dead rows outnumber live ones: a cluster of thousands of jobs
+then pays O(1) amortised per arrival and departure instead of copying every array each time. Live rows
+keep their relative order, which is all the mechanism's tie-breaks read.
 """
 
 from __future__ import annotations
@@ -14,37 +19,92 @@ import numpy as np
 
 Key = tuple[int, ...]
 
+# Compact once dead rows outnumber live ones and there are at least this many.
+_MIN_COMPACT = 64
+
 
 class ComboTable:
     def __init__(self, k: int, round_s: float) -> None:
         self.k = k
         self.half_round = round_s / 2  # new and reset rows start as if half a round had passed
-        self.keys: list[Key] = []
-        self.index: dict[Key, int] = {}
-        self.scale_factors = np.zeros(0, dtype=np.int64)
-        self.allocation = np.zeros((0, k))
-        self.received = np.zeros((0, k))
-        self.elapsed = np.zeros(0)
-        self.deficit = np.zeros((0, k))
-        self.last_type = np.zeros(0, dtype=np.int64)
-        self.last_consolidated = np.zeros(0, dtype=bool)
-        self.last_gpus: list[tuple[int, ...]] = []
+        self._install([], np.zeros(0, dtype=np.int64), np.zeros((0, k)), np.full((0, 2), -1, dtype=np.int64))
 
     def __len__(self) -> int:
-        return len(self.keys)
+        """Live combinations."""
+        return len(self.index)
+
+    @property
+    def has_pairs(self) -> bool:
+        return self._pairs > 0
+
+    # --- storage ------------------------------------------------------------------------------------
+
+    def _install(
+        self, keys: list[Key], scale_factors: np.ndarray, allocation: np.ndarray, members: np.ndarray
+    ) -> None:
+        """Fresh rows for ``keys`` (``members``: their job ids, -1 padded) with empty bookkeeping."""
+        n = len(keys)
+        cap = max(16, 1 << max(n - 1, 0).bit_length())
+        self._buf = {
+            "scale_factors": np.zeros(cap, dtype=np.int64),
+            "allocation": np.zeros((cap, self.k)),
+            "received": np.full((cap, self.k), self.half_round),
+            "elapsed": np.full(cap, self.half_round),
+            "deficit": np.zeros((cap, self.k)),
+            "last_type": np.full(cap, -1, dtype=np.int64),
+            "last_consolidated": np.zeros(cap, dtype=bool),
+            "members": np.full((cap, 2), -1, dtype=np.int64),
+            "alive": np.zeros(cap, dtype=bool),
+        }
+        self.keys: list[Key] = list(keys)
+        self.index: dict[Key, int] = {key: row for row, key in enumerate(keys)}
+        self.last_gpus: list[tuple[int, ...]] = [()] * n
+        self._n = n
+        self._views()
+        self.scale_factors[:] = scale_factors
+        self.allocation[:] = allocation
+        self.members[:] = members
+        self.alive[:] = True
+        self._pairs = int(np.count_nonzero(members[:, 1] >= 0))
+        self._dead = 0
+
+    def _views(self) -> None:
+        n = self._n
+        b = self._buf
+        self.scale_factors = b["scale_factors"][:n]
+        self.allocation = b["allocation"][:n]
+        self.received = b["received"][:n]
+        self.elapsed = b["elapsed"][:n]
+        self.deficit = b["deficit"][:n]
+        self.last_type = b["last_type"][:n]
+        self.last_consolidated = b["last_consolidated"][:n]
+        self.members = b["members"][:n]  # (n, 2) job ids, -1 for a single job's second slot
+        self.alive = b["alive"][:n]
 
     def add(self, key: Key, scale_factor: int, allocation: np.ndarray) -> None:
         """A new job: no allocation until the next reset, fresh bookkeeping."""
-        self.index[key] = len(self.keys)
+        row = self._n
+        if row == len(self._buf["alive"]):
+            self._buf = {name: _grown(buf) for name, buf in self._buf.items()}
+        b = self._buf
+        b["scale_factors"][row] = scale_factor
+        b["allocation"][row] = allocation
+        b["received"][row] = self.half_round
+        b["elapsed"][row] = self.half_round
+        b["deficit"][row] = 0.0
+        b["last_type"][row] = -1
+        b["last_consolidated"][row] = False
+        b["members"][row] = -1
+        b["members"][row, : len(key)] = key
+        b["alive"][row] = True
+        self._n = row + 1
+        self._views()
+        self.index[key] = row
         self.keys.append(key)
         self.last_gpus.append(())
-        self.scale_factors = np.append(self.scale_factors, scale_factor)
-        self.allocation = np.vstack([self.allocation, allocation[None, :]])
-        self.received = np.vstack([self.received, np.full((1, self.k), self.half_round)])
-        self.elapsed = np.append(self.elapsed, self.half_round)
-        self.deficit = np.vstack([self.deficit, np.zeros((1, self.k))])
-        self.last_type = np.append(self.last_type, -1)
-        self.last_consolidated = np.append(self.last_consolidated, False)
+        self._pairs += len(key) == 2
+
+    # --- events -------------------------------------------------------------------------------------
 
     def renumber(self, gpu_maps: Sequence[dict[int, int]]) -> None:
         """The cluster's GPUs were renumbered per worker type (``gpu_maps[t]``: old index → new index of
@@ -59,44 +119,71 @@ class ComboTable:
 
     def forget_placement(self, job_id: int) -> None:
         """Every combination of the job last ran nowhere: its next placement is not a renewal."""
-        for row, key in enumerate(self.keys):
-            if job_id in key:
-                self._ran_nowhere(row)
+        for row in self._rows_of(job_id).tolist():
+            self._ran_nowhere(row)
 
     def _ran_nowhere(self, row: int) -> None:
         self.last_type[row] = -1
         self.last_gpus[row] = ()
 
+    def _rows_of(self, job_id: int) -> np.ndarray:
+        """Live rows the job belongs to."""
+        if not self._pairs:
+            row = self.index.get((job_id,))
+            return np.zeros(0, dtype=np.int64) if row is None else np.array([row])
+        return np.flatnonzero((self.members == job_id).any(axis=1) & self.alive)
+
     def drop_job(self, job_id: int) -> None:
         """Remove every combination the job belongs to."""
-        keep = np.array([job_id not in key for key in self.keys], dtype=bool)
-        if keep.all():
+        rows = self._rows_of(job_id)
+        if not rows.size:
             return
-        self._select(keep)
+        for row in rows.tolist():
+            key = self.keys[row]
+            del self.index[key]
+            self._pairs -= len(key) == 2
+            self.last_gpus[row] = ()
+        self.alive[rows] = False
+        self.allocation[rows] = 0.0  # a dead row's priority is 0: it is never chosen
+        self.last_type[rows] = -1
+        self._dead += rows.size
+        if self._dead > max(len(self.index), _MIN_COMPACT):
+            self._compact()
 
-    def reset(self, entries: Sequence[tuple[Key, int, np.ndarray]]) -> None:
-        """Install a new allocation. Deficits carry over: each adds ``X·elapsed − received`` of its period."""
+    def reset(
+        self, keys: list[Key], members: np.ndarray, scale_factors: np.ndarray, allocation: np.ndarray
+    ) -> None:
+        """Install a new allocation: row i is combination ``keys[i]`` (``members[i]``: its job ids, -1
+        padded) with its scale factor and X row. Deficits carry over: each adds ``X·elapsed − received``
+        of its period."""
         carried = self.deficit + self.allocation * self.elapsed[:, None] - self.received
-        old = {
-            key: (carried[row], self.last_type[row], self.last_gpus[row], self.last_consolidated[row])
-            for key, row in self.index.items()
-        }
-        n = len(entries)
-        self.keys = [key for key, _, _ in entries]
-        self.index = {key: row for row, key in enumerate(self.keys)}
-        self.scale_factors = np.array([sf for _, sf, _ in entries], dtype=np.int64)
-        self.allocation = np.array([x for _, _, x in entries], dtype=float).reshape(n, self.k)
-        self.received = np.full((n, self.k), self.half_round)
-        self.elapsed = np.full(n, self.half_round)
-        self.deficit = np.zeros((n, self.k))
-        self.last_type = np.full(n, -1, dtype=np.int64)
-        self.last_consolidated = np.zeros(n, dtype=bool)
-        self.last_gpus = [()] * n
-        for row, key in enumerate(self.keys):
-            if key in old:
-                (self.deficit[row], self.last_type[row], self.last_gpus[row], self.last_consolidated[row]) = (
-                    old[key]
-                )
+        members = np.asarray(members, dtype=np.int64).reshape(len(keys), 2)
+        if not self._pairs and not (members[:, 1] >= 0).any():
+            old = self._single_rows(members[:, 0])
+        else:
+            old = np.fromiter((self.index.get(key, -1) for key in keys), np.int64, len(keys))
+        last_type, last_consolidated, last_gpus = self.last_type, self.last_consolidated, self.last_gpus
+        self._install(
+            list(keys),
+            np.asarray(scale_factors, dtype=np.int64),
+            np.asarray(allocation, dtype=float).reshape(len(keys), self.k),
+            members,
+        )
+        kept = old >= 0
+        self.deficit[kept] = carried[old[kept]]
+        self.last_type[kept] = last_type[old[kept]]
+        self.last_consolidated[kept] = last_consolidated[old[kept]]
+        self.last_gpus = [last_gpus[r] if r >= 0 else () for r in old.tolist()]
+
+    def _single_rows(self, job_ids: np.ndarray) -> np.ndarray:
+        """The live row of each job's single combination, -1 where it has none (no pairs in the table)."""
+        live = np.flatnonzero(self.alive)
+        ids = self.members[live, 0]
+        if not ids.size:
+            return np.full(len(job_ids), -1, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        at = np.minimum(np.searchsorted(ids[order], job_ids), ids.size - 1)
+        return np.where(ids[order][at] == job_ids, live[order][at], -1)
 
     def record_round(
         self,
@@ -115,19 +202,24 @@ class ComboTable:
         self.last_type[:] = -1
         self.last_type[rows] = types
         self.last_consolidated[rows] = consolidated
+        last_gpus = self.last_gpus
         for row, held in zip(rows.tolist(), gpus, strict=True):
-            self.last_gpus[row] = held
+            last_gpus[row] = held
         self.elapsed += duration_s
 
-    def _select(self, keep: np.ndarray) -> None:
-        rows = np.flatnonzero(keep)
-        self.keys = [self.keys[r] for r in rows]
-        self.index = {key: i for i, key in enumerate(self.keys)}
-        self.last_gpus = [self.last_gpus[r] for r in rows]
-        self.scale_factors = self.scale_factors[keep]
-        self.allocation = self.allocation[keep]
-        self.received = self.received[keep]
-        self.elapsed = self.elapsed[keep]
-        self.deficit = self.deficit[keep]
-        self.last_type = self.last_type[keep]
-        self.last_consolidated = self.last_consolidated[keep]
+    def _compact(self) -> None:
+        rows = np.flatnonzero(self.alive)
+        keep = {name: buf[: self._n][rows] for name, buf in self._buf.items()}
+        keys = [self.keys[r] for r in rows.tolist()]
+        last_gpus = [self.last_gpus[r] for r in rows.tolist()]
+        self._install(keys, keep["scale_factors"], keep["allocation"], keep["members"])
+        for name, values in keep.items():
+            getattr(self, name)[:] = values
+        self.last_gpus = last_gpus
+
+
+def _grown(buf: np.ndarray) -> np.ndarray:
+    """``buf`` with twice the rows (the new ones are overwritten before they are read)."""
+    out = np.empty((2 * buf.shape[0], *buf.shape[1:]), dtype=buf.dtype)
+    out[: buf.shape[0]] = buf
+    return out

@@ -95,7 +95,14 @@ def build_layout(
     var_of = np.concatenate([single_vars, pair_vars, pair_vars])
 
     def csr(r: np.ndarray, c: np.ndarray, v: np.ndarray, rows: int) -> sp.csr_matrix:
-        return sp.csr_matrix((v, (r, c)), shape=(rows, nv))
+        # (r, c) pairs are distinct: sorting them gives the canonical CSR that scipy's COO path builds,
+        # without its conversions (they cost more than the solve on small LPs).
+        order = np.lexsort((c, r))
+        indptr = np.zeros(rows + 1, dtype=np.int32)
+        np.cumsum(np.bincount(r, minlength=rows), out=indptr[1:])
+        matrix = sp.csr_matrix((v[order], c[order].astype(np.int32), indptr), shape=(rows, nv))
+        matrix.has_canonical_format = True
+        return matrix
 
     return Layout(
         n_jobs=n,
@@ -139,7 +146,7 @@ class HighsModel:
         col_upper: np.ndarray,
         maximize: bool,
     ) -> None:
-        a = sp.csc_matrix(matrix)
+        a = matrix if isinstance(matrix, CscArrays) else sp.csc_matrix(matrix)
         lp = highspy.HighsLp()
         lp.num_col_, lp.num_row_ = a.shape[1], a.shape[0]
         lp.col_cost_ = np.asarray(cost, dtype=float)
@@ -192,6 +199,26 @@ class HighsModel:
 
 
 @dataclass(frozen=True)
+class CscArrays:
+    """A column-compressed matrix as bare arrays, for HiGHS (what ``scipy.sparse.csc_matrix`` holds)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    shape: tuple[int, int]
+
+    @classmethod
+    def from_distinct_triplets(
+        cls, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int]
+    ) -> CscArrays:
+        """The canonical CSC of entries at distinct (row, col): columns in order, rows sorted in each."""
+        order = np.lexsort((rows, cols))
+        indptr = np.zeros(shape[1] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(cols, minlength=shape[1]), out=indptr[1:])
+        return cls(indptr, rows[order], values[order], shape)
+
+
+@dataclass(frozen=True)
 class ExtraRows:
     """Policy rows over the X columns plus a coefficient on the epigraph column t (when there is one)."""
 
@@ -219,7 +246,11 @@ def efficiency_costs(layout: Layout, reference: np.ndarray) -> np.ndarray:
     """Per-column weights of Σ_m τ_m(X)/reference_m, the total normalised throughput (jobs with a zero
     reference contribute nothing)."""
     inv = np.divide(1.0, reference, out=np.zeros(layout.n_jobs), where=reference > 0)
-    return np.asarray(layout.throughput.T @ inv).ravel()
+    t = layout.throughput
+    # Σ_m T[m, v]·inv[m] per column: the same products, and a column has at most two (a pair's
+    # members), so the sum does not depend on the order of addition.
+    weighted = t.data * np.repeat(inv, np.diff(t.indptr))
+    return np.bincount(t.indices, weights=weighted, minlength=layout.nv).astype(float)
 
 
 def solve_max_linear(
@@ -258,6 +289,9 @@ def solve_max_min(
         return np.zeros(layout.nv), 0.0
     # The constraint matrix [base, 0; coeff·throughput[idx], −1; extra, t_coeff] is assembled from
     # triplets in one conversion: block-stacking through scipy cost more than the solve on small LPs.
+    if extra is None:
+        matrix, lower, upper = _epigraph_model(layout, coeff, idx)
+        return _solve_epigraph(layout, matrix, lower, upper, reference, counts)
     base, lower, upper = base_rows(layout)
     epigraph = layout.throughput[idx]
     scaled = epigraph.data * np.repeat(coeff[idx], np.diff(epigraph.indptr))
@@ -285,10 +319,54 @@ def solve_max_min(
         ),
         shape=(rows_so_far, nv + 1),
     )
+    return _solve_epigraph(layout, matrix, np.concatenate(lowers), np.concatenate(uppers), reference, counts)
+
+
+def _epigraph_model(
+    layout: Layout, coeff: np.ndarray, idx: np.ndarray
+) -> tuple[CscArrays, np.ndarray, np.ndarray]:
+    """Rows (5.2), (5.3) and coeff_m·τ_m(X) − t ≥ 0 for the jobs ``idx``, straight from the layout's
+    arrays: the same matrix the general assembly in :func:`solve_max_min` builds."""
+    nv, n, k = layout.nv, layout.n_jobs, layout.k
+    share, cap, thr = layout.time_share, layout.capacity, layout.throughput
+    share_rows = np.repeat(np.arange(n), np.diff(share.indptr))
+    cap_rows = n + np.repeat(np.arange(k), np.diff(cap.indptr))
+    # The epigraph row of idx[p] holds that job's throughput entries, scaled by its coefficient.
+    counts = np.diff(thr.indptr)[idx]
+    starts = np.repeat(thr.indptr[idx], counts)
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    entries = starts + within
+    epi_rows = n + k + np.repeat(np.arange(idx.size), counts)
+    t_rows = n + k + np.arange(idx.size)
+    matrix = CscArrays.from_distinct_triplets(
+        np.concatenate([share_rows, cap_rows, epi_rows, t_rows]),
+        np.concatenate([share.indices, cap.indices, thr.indices[entries], np.full(idx.size, nv)]).astype(
+            np.int64
+        ),
+        np.concatenate(
+            [share.data, cap.data, thr.data[entries] * np.repeat(coeff[idx], counts), np.full(idx.size, -1.0)]
+        ),
+        (n + k + idx.size, nv + 1),
+    )
+    lower = np.concatenate([np.full(n + k, -np.inf), np.zeros(idx.size)])
+    upper = np.concatenate([np.ones(n), layout.num_workers, np.full(idx.size, np.inf)])
+    return matrix, lower, upper
+
+
+def _solve_epigraph(
+    layout: Layout,
+    matrix: sp.spmatrix | CscArrays,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    reference: np.ndarray,
+    counts: np.ndarray | None,
+) -> tuple[np.ndarray, float]:
+    """Phase 1 (max t) and the warm-started efficiency phase of :func:`solve_max_min`."""
+    nv = layout.nv
     model = HighsModel(
         matrix,
-        np.concatenate(lowers),
-        np.concatenate(uppers),
+        lower,
+        upper,
         np.concatenate([np.zeros(nv), [1.0]]),
         np.zeros(nv + 1),
         np.concatenate([np.ones(nv), [np.inf]]),

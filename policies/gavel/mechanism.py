@@ -16,6 +16,7 @@ mechanism needs (§5.5: "a job that doesn't run gains priority").
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,12 +43,81 @@ def select_round(
     scale_factors: np.ndarray,
     capacity: np.ndarray,
     type_order: Sequence[int],
+    singles: bool | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedy selection for one round: the chosen combinations and the type each runs on.
 
     ``members[c]`` lists the jobs of combination c. Types are visited in ``type_order``; within a type
     combinations go in decreasing (priority, deficit, allocation). A job runs in at most one combination.
+    ``singles`` says every combination is one job (computed from ``members`` when None); the greedy
+    pass is then done a block at a time (:func:`_fill`), with the same result as one at a time.
     """
+    if singles is None:
+        singles = all(len(key) == 1 for key in members)
+    if not singles:
+        return _select_with_pairs(prio, deficit, allocation, members, scale_factors, capacity, type_order)
+    busy = np.zeros(prio.shape[0], dtype=bool)
+    rows: list[np.ndarray] = []
+    types: list[np.ndarray] = []
+    one_gpu_each = not scale_factors.size or int(scale_factors.max()) == 1
+    for j in type_order:
+        free = int(capacity[j])
+        if free <= 0:
+            continue
+        column = prio[:, j]
+        # Combinations already chosen on an earlier type drop out; a stable sort keeps the others' order.
+        candidates = ((column > 0) & ~busy).nonzero()[0]
+        if candidates.size == 0:
+            continue
+        order = candidates[
+            np.lexsort((-allocation[candidates, j], -deficit[candidates, j], -column[candidates]))
+        ]
+        chosen = order[:free] if one_gpu_each else _fill(order, scale_factors[order], free)
+        busy[chosen] = True
+        rows.append(chosen)
+        types.append(np.full(chosen.size, j, dtype=np.int64))
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(rows).astype(np.int64, copy=False), np.concatenate(types)
+
+
+def _fill(order: np.ndarray, needs: np.ndarray, free: int) -> np.ndarray:
+    """Walk ``order`` taking each entry whose need fits what is left of ``free``, skipping the others.
+
+    Taken a block at a time: the longest prefix whose needs add up to at most ``free`` is taken, the entry
+    after it cannot fit and is skipped, and entries needing more than what is left can never fit again.
+    Each block ends on an entry larger than everything left after it, so there are at most as many blocks
+    as distinct needs.
+    """
+    taken: list[np.ndarray] = []
+    needs = np.asarray(needs, dtype=np.int64)
+    while free > 0 and order.size:
+        fits = needs <= free
+        if not fits.all():
+            order, needs = order[fits], needs[fits]
+            if not order.size:
+                break
+        total = np.cumsum(needs)
+        a = int(np.searchsorted(total, free, side="right"))
+        taken.append(order[:a])
+        if a == order.size:
+            break
+        if a:
+            free -= int(total[a - 1])
+        order, needs = order[a + 1 :], needs[a + 1 :]
+    return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+
+
+def _select_with_pairs(
+    prio: np.ndarray,
+    deficit: np.ndarray,
+    allocation: np.ndarray,
+    members: Sequence[tuple[int, ...]],
+    scale_factors: np.ndarray,
+    capacity: np.ndarray,
+    type_order: Sequence[int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`select_round` one combination at a time: a pair makes both its jobs busy mid-pass."""
     rows: list[int] = []
     types: list[int] = []
     busy: set[int] = set()
@@ -95,35 +165,104 @@ def place_round(
 
     A combination that ran on the same type last round keeps its GPUs (its lease is renewed): last round's
     placements were disjoint, so these never collide. The rest are placed largest first, each on the
-    fullest server that still fits it, otherwise across the emptiest servers.
+    fullest server that still fits it (the lowest-numbered among equals), taking that server's
+    lowest-numbered free GPUs, otherwise across the emptiest servers.
     """
-    renewed = last_type == types
-    gpus: list[tuple[int, ...]] = [last_gpus[i] if renewed[i] else () for i in range(len(types))]
+    types = np.asarray(types, dtype=np.int64)
+    scale_factors = np.asarray(scale_factors, dtype=np.int64)
+    renewed = np.asarray(last_type) == types
+    renews = renewed.tolist()
+    gpus: list[tuple[int, ...]] = [held if r else () for held, r in zip(last_gpus, renews, strict=True)]
     consolidated = np.where(renewed, last_consolidated, False)
-    for j in np.unique(types[~renewed]).tolist():
-        k = layout.gpus_per_server[j]
-        taken = {g for i in np.flatnonzero(renewed & (types == j)).tolist() for g in gpus[i]}
-        free = [
-            [g for g in range(s, min(s + k, layout.gpus[j])) if g not in taken]
-            for s in range(0, layout.gpus[j], k)
-        ]
-        pending = np.flatnonzero(~renewed & (types == j))
-        for i in pending[np.argsort(-scale_factors[pending], kind="stable")].tolist():
-            sf = int(scale_factors[i])
-            fitting = [s for s in range(len(free)) if len(free[s]) >= sf] if sf <= k else []
-            if fitting:
-                servers = [min(fitting, key=lambda s: len(free[s]))]
-            else:
-                servers = sorted(range(len(free)), key=lambda s: -len(free[s]))
-            chosen: list[int] = []
-            for s in servers:
-                take = min(sf - len(chosen), len(free[s]))
-                chosen.extend(free[s][:take])
-                del free[s][:take]
-                if len(chosen) == sf:
-                    break
-            if len(chosen) < sf:
-                raise ValueError(f"placement on {layout.worker_types[j]} asked for more GPUs than are free")
-            gpus[i] = tuple(chosen)
-            consolidated[i] = len({g // k for g in chosen}) == layout.servers_needed(j, sf)
+    if renewed.all():
+        return gpus, consolidated, renewed
+    for j in np.bincount(types[~renewed], minlength=len(layout.gpus)).nonzero()[0].tolist():
+        free = np.ones(layout.gpus[j], dtype=bool)
+        on_type = types == j
+        kept = [gpus[i] for i in (renewed & on_type).nonzero()[0].tolist()]
+        if kept:
+            free[np.fromiter(itertools.chain.from_iterable(kept), dtype=np.int64)] = False
+        pending = (~renewed & on_type).nonzero()[0]
+        pending = pending[np.argsort(-scale_factors[pending], kind="stable")]
+        _place_type(layout, j, free, pending, scale_factors[pending], gpus, consolidated)
     return gpus, consolidated, renewed
+
+
+def _place_type(
+    layout: ClusterLayout,
+    j: int,
+    free: np.ndarray,
+    pending: np.ndarray,
+    needs: np.ndarray,
+    gpus: list[tuple[int, ...]],
+    consolidated: np.ndarray,
+) -> None:
+    """Place ``pending`` (largest first) on type j's ``free`` GPUs, writing ``gpus`` and ``consolidated``.
+
+    Jobs of one size that fit a server go together: the fullest fitting server stays the fullest while
+    it still fits one more (its count only falls), so the jobs fill the fitting servers in order of
+    (free GPUs, server number), ``free // need`` jobs each. A job that fits no single server is spread.
+    """
+    k = layout.gpus_per_server[j]
+    if needs[0] == 1:
+        # Single-GPU jobs only (the largest comes first): the free GPUs in order of (their server's free
+        # count, GPU number), one each.
+        ids = np.flatnonzero(free)
+        if pending.size > ids.size:
+            raise ValueError(f"placement on {layout.worker_types[j]} asked for more GPUs than are free")
+        server = ids // k
+        chosen = ids[np.argsort(np.bincount(server)[server], kind="stable")[: pending.size]]
+        for i, g in zip(pending.tolist(), chosen.tolist(), strict=True):
+            gpus[i] = (g,)
+        consolidated[pending] = True
+        return
+    starts = np.arange(0, free.size, k)
+    counts = np.add.reduceat(free.astype(np.int64), starts) if free.size else np.zeros(0, dtype=np.int64)
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(needs)) + 1, [len(needs)]]).tolist()
+    for lo, hi in itertools.pairwise(bounds):
+        sf = int(needs[lo])
+        group = pending[lo:hi]
+        placed = 0
+        if sf <= k:
+            eligible = np.flatnonzero(counts >= sf)
+            if eligible.size:
+                order = eligible[np.argsort(counts[eligible], kind="stable")]
+                serves = counts[order] // sf
+                total = np.cumsum(serves)
+                placed = min(group.size, int(total[-1]))
+                used = int(np.searchsorted(total, placed)) + 1
+                servers, quota = order[:used], serves[:used].copy()
+                quota[-1] = placed - (int(total[used - 2]) if used > 1 else 0)
+                chosen = _first_free(free, k, servers, quota * sf)
+                free[chosen] = False
+                counts[servers] -= quota * sf
+                for i, held in zip(group[:placed].tolist(), chosen.reshape(placed, sf).tolist(), strict=True):
+                    gpus[i] = tuple(held)
+                consolidated[group[:placed]] = True
+        for i in group[placed:].tolist():
+            order = np.argsort(-counts, kind="stable")
+            total = np.cumsum(counts[order])
+            if not total.size or total[-1] < sf:
+                raise ValueError(f"placement on {layout.worker_types[j]} asked for more GPUs than are free")
+            used = int(np.searchsorted(total, sf)) + 1
+            servers, quota = order[:used], counts[order[:used]].copy()
+            quota[-1] = sf - (int(total[used - 2]) if used > 1 else 0)
+            chosen = _first_free(free, k, servers, quota)
+            free[chosen] = False
+            counts[servers] -= quota
+            gpus[i] = tuple(chosen.tolist())
+            consolidated[i] = int(np.count_nonzero(quota)) == layout.servers_needed(j, sf)
+
+
+def _first_free(free: np.ndarray, k: int, servers: np.ndarray, quota: np.ndarray) -> np.ndarray:
+    """The ``quota[i]`` lowest-numbered free GPUs of each of ``servers``, server by server in that order."""
+    ids = np.flatnonzero(free)
+    server = ids // k
+    rank = np.arange(ids.size) - np.searchsorted(server, server)
+    num_servers = -(-free.size // k)
+    position = np.full(num_servers, -1)
+    position[servers] = np.arange(servers.size)
+    limit = np.zeros(num_servers, dtype=np.int64)
+    limit[servers] = quota
+    keep = rank < limit[server]
+    return ids[keep][np.argsort(position[server[keep]], kind="stable")]

@@ -21,7 +21,7 @@ jobs' are (§5.3.3: throughputs are measured online as jobs run).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,6 +31,9 @@ from clustertwin.policies.gavel.isolated import isolated_fractions
 from clustertwin.policies.gavel.mechanism import place_round, priorities, select_round
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput, PairCandidates
 from clustertwin.policies.registry import AllocationPolicy
+
+# Job ids below this are mapped to their slots by an array (larger ones by a dict only).
+_MAX_DENSE_ID = 1 << 24
 
 # The weight of a new measurement in a job's smoothed throughput (§5.3.3; Gavel's artifact uses 0.5).
 ONLINE_SMOOTHING = 0.5
@@ -72,6 +75,7 @@ class RoundPlan:
     gpus: list[tuple[int, ...]]
     consolidated: np.ndarray  # (a,) bool
     renewed: np.ndarray  # (a,) bool: lease extended, no checkpoint
+    members: np.ndarray | None = None  # (a, 2) the job ids of `job_ids` as an array, -1 for no partner
 
     def __len__(self) -> int:
         return len(self.job_ids)
@@ -99,9 +103,51 @@ Colocation = Callable[[JobSpec, JobSpec], np.ndarray | None]
 @dataclass
 class _JobState:
     spec: JobSpec
-    steps_done: float = 0.0
-    iso_elapsed: float = 0.0
-    steps_at_reset: float = 0.0
+    slot: int  # the job's entry in the scheduler's per-job arrays (`_JobArrays`)
+
+
+class _JobArrays:
+    """Per-job numbers as arrays indexed by slot (one slot per job ever added, in order of arrival), so
+    that a round's progress and a reset's inputs are array operations, not a loop over jobs."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.n = 0
+        self.throughputs = np.zeros((16, k))
+        self.job_ids = np.zeros(16, dtype=np.int64)
+        self.numbers = {
+            name: np.zeros(16)
+            for name in (
+                "scale_factor",
+                "weight",
+                "total_steps",
+                "arrival_s",
+                "slo_deadline_s",
+                "steps_done",
+                "iso_elapsed",
+                "steps_at_reset",
+            )
+        }
+
+    def add(self, spec: JobSpec) -> int:
+        slot = self.n
+        if slot == len(self.throughputs):
+            grow = len(self.throughputs)
+            self.throughputs = np.vstack([self.throughputs, np.zeros((grow, self.k))])
+            self.numbers = {name: np.concatenate([v, np.zeros(grow)]) for name, v in self.numbers.items()}
+            self.job_ids = np.concatenate([self.job_ids, np.zeros(grow, dtype=np.int64)])
+        self.throughputs[slot] = spec.throughputs
+        self.job_ids[slot] = spec.job_id
+        for name in ("scale_factor", "weight", "total_steps", "arrival_s", "slo_deadline_s"):
+            self.numbers[name][slot] = getattr(spec, name)
+        self.n = slot + 1
+        return slot
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["numbers"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 class GavelScheduler:
@@ -132,6 +178,12 @@ class GavelScheduler:
         self.aware = bool(getattr(policy, "aware", True))
         self.space_sharing = bool(getattr(policy, "space_sharing", False)) and colocation is not None
         self.jobs: dict[int, _JobState] = {}
+        self._arrays = _JobArrays(len(layout.worker_types))
+        self._slot_of: dict[int, int] = {}
+        # Job id → slot as an array too, for a round's jobs at once; ids beyond _MAX_DENSE_ID use the dict.
+        self._slot_by_id = np.full(16, -1, dtype=np.int64)
+        self._alive = np.zeros(16, dtype=bool)  # per slot: the job is active
+        self._with_entity = 0
         self.combos = ComboTable(len(layout.worker_types), self.config.round_s)
         self.allocation: Allocation | None = None
         self.last_input: AllocationInput | None = None
@@ -168,7 +220,19 @@ class GavelScheduler:
             raise ValueError(
                 f"job {spec.job_id} needs {spec.scale_factor} GPUs but no worker type has that many"
             )
-        self.jobs[spec.job_id] = _JobState(spec)
+        slot = self._arrays.add(spec)
+        self.jobs[spec.job_id] = _JobState(spec, slot)
+        self._slot_of[spec.job_id] = slot
+        if 0 <= spec.job_id < _MAX_DENSE_ID:
+            if spec.job_id >= len(self._slot_by_id):
+                grown = np.full(max(2 * len(self._slot_by_id), spec.job_id + 1), -1, dtype=np.int64)
+                grown[: len(self._slot_by_id)] = self._slot_by_id
+                self._slot_by_id = grown
+            self._slot_by_id[spec.job_id] = slot
+        if slot >= len(self._alive):
+            self._alive = np.concatenate([self._alive, np.zeros(len(self._alive), dtype=bool)])
+        self._alive[slot] = True
+        self._with_entity += spec.entity is not None
         self.combos.add((spec.job_id,), spec.scale_factor, np.zeros(self.layout_k))
         self._dirty = True
 
@@ -178,20 +242,35 @@ class GavelScheduler:
         self.combos.forget_placement(job_id)
 
     def remove_job(self, job_id: int) -> None:
-        del self.jobs[job_id]
+        state = self.jobs.pop(job_id)
+        del self._slot_of[job_id]
+        if 0 <= job_id < _MAX_DENSE_ID:
+            self._slot_by_id[job_id] = -1
+        self._alive[state.slot] = False
+        self._with_entity -= state.spec.entity is not None
         self.combos.drop_job(job_id)
         self.measured_pairs = {k: v for k, v in self.measured_pairs.items() if job_id not in k}
         self._dirty = True
 
     def record_round(
-        self, plan: RoundPlan, seconds: np.ndarray, steps: dict[int, float], duration_s: float
+        self,
+        plan: RoundPlan,
+        seconds: np.ndarray,
+        steps: Mapping[int, float] | tuple[np.ndarray, np.ndarray],
+        duration_s: float,
     ) -> None:
-        """Account a finished round: entry i of the plan ran ``seconds[i]``; ``steps[job]`` steps were made.
+        """Account a finished round: entry i of the plan ran ``seconds[i]``; ``steps[job]`` steps were made
+        (a mapping, or a pair of arrays: job ids and their steps, each job once).
 
         Call before removing the jobs that finished in the round.
         """
-        for job_id, n in steps.items():
-            self.jobs[job_id].steps_done += n
+        if isinstance(steps, tuple):
+            ids, made = steps
+            slots = self._slots_of(ids)
+            self._arrays.steps_done[slots] += made
+        else:
+            for job_id, n in steps.items():
+                self._arrays.steps_done[self._slot_of[job_id]] += n
         if self.prices is not None:
             gpus = np.array([len(g) for g in plan.gpus], dtype=float)
             held = np.asarray(self.prices, dtype=float)[np.asarray(plan.worker_types, dtype=np.int64)]
@@ -205,6 +284,15 @@ class GavelScheduler:
             duration_s,
         )
 
+    def _slots_of(self, ids: np.ndarray) -> np.ndarray:
+        """The slots of active jobs ``ids`` (KeyError for a job that is not active)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and 0 <= ids.min() and ids.max() < len(self._slot_by_id):
+            slots = self._slot_by_id[ids]
+            if (slots >= 0).all():
+                return slots
+        return np.fromiter(map(self._slot_of.__getitem__, ids.tolist()), np.int64, len(ids))
+
     def observe_throughput(self, job_id: int, worker_type: int, measured: float, smoothing: float) -> None:
         """A measured throughput (steps/s) of a job on a type, blended into what the policy plans with:
         ``new = smoothing·measured + (1 − smoothing)·old`` (§5.3.3: single-job throughputs are measured
@@ -215,6 +303,7 @@ class GavelScheduler:
         row = np.array(state.spec.throughputs, dtype=float)
         row[worker_type] = smoothing * measured + (1.0 - smoothing) * row[worker_type]
         state.spec = replace(state.spec, throughputs=row)
+        self._arrays.throughputs[state.slot] = row
 
     def observe_pair(
         self, jobs: tuple[int, int], worker_type: int, measured: tuple[float, float], smoothing: float
@@ -237,7 +326,7 @@ class GavelScheduler:
 
     def record_progress(self, job_id: int, steps: float) -> None:
         """Progress outside rounds (the ideal mechanism)."""
-        self.jobs[job_id].steps_done += steps
+        self._arrays.steps_done[self._slot_of[job_id]] += steps
 
     # --- decisions ----------------------------------------------------------------------------------
 
@@ -277,15 +366,17 @@ class GavelScheduler:
         inp = self._allocation_input(now)
         self._accumulate_iso(inp)
         allocation = self.policy.allocate(inp, self.rng)
-        entries = [
-            ((int(m),), int(sf), x)
-            for m, sf, x in zip(inp.job_ids, inp.scale_factors, allocation.fractions, strict=True)
-        ]
+        keys: list[tuple[int, ...]] = [(m,) for m in inp.job_ids.tolist()]
+        members = [np.column_stack([inp.job_ids, np.full(inp.n, -1)])]
+        scale_factors, rows = [inp.scale_factors], [allocation.fractions]
         if allocation.pair_fractions is not None and allocation.pair_members is not None:
             for (a, b), x in zip(allocation.pair_members.tolist(), allocation.pair_fractions, strict=True):
                 if x.sum() > 1e-9:
-                    entries.append(((a, b), self.jobs[a].spec.scale_factor, x))
-        self.combos.reset(entries)
+                    keys.append((a, b))
+                    members.append(np.array([[a, b]]))
+                    scale_factors.append(np.array([self.jobs[a].spec.scale_factor]))
+                    rows.append(x[None, :])
+        self.combos.reset(keys, np.concatenate(members), np.concatenate(scale_factors), np.concatenate(rows))
         self.allocation = allocation
         self.last_input = inp
         self.last_reset_s = now
@@ -307,6 +398,7 @@ class GavelScheduler:
             ct.scale_factors,
             np.asarray(self.layout.gpus),
             order,
+            singles=not ct.has_pairs,
         )
         gpus, consolidated, renewed = place_round(
             self.layout,
@@ -316,7 +408,10 @@ class GavelScheduler:
             [ct.last_gpus[r] for r in rows.tolist()],
             ct.last_consolidated[rows],
         )
-        return RoundPlan(rows, [ct.keys[r] for r in rows.tolist()], types, gpus, consolidated, renewed)
+        keys = ct.keys
+        return RoundPlan(
+            rows, [keys[r] for r in rows.tolist()], types, gpus, consolidated, renewed, ct.members[rows]
+        )
 
     def rates(self) -> dict[int, float]:
         """Each job's effective throughput τ_m(X) under the current allocation (the ideal mechanism)."""
@@ -338,47 +433,51 @@ class GavelScheduler:
         }
 
     def steps_done(self, job_id: int) -> float:
-        return self.jobs[job_id].steps_done
+        return float(self._arrays.steps_done[self._slot_of[job_id]])
 
     # --- internals ----------------------------------------------------------------------------------
 
     def _allocation_input(self, now: float) -> AllocationInput:
-        states = list(self.jobs.values())
-        specs = [s.spec for s in states]
-        entities = None
-        if any(s.entity is not None for s in specs):
+        # Slots grow with arrival and the job table keeps arrival order: the live slots, ascending, are
+        # the jobs in table order.
+        slots = np.flatnonzero(self._alive)
+        arrays = self._arrays
+        entities = specs = None
+        if self._with_entity or self.space_sharing:
+            specs = [s.spec for s in self.jobs.values()]
+        if self._with_entity:
             entities = np.array([-1 if s.entity is None else s.entity for s in specs])
         inp = AllocationInput(
-            job_ids=np.array([s.job_id for s in specs], dtype=np.int64),
+            job_ids=arrays.job_ids[slots],
             worker_types=self.layout.worker_types,
             num_workers=self.layout.num_workers,
-            throughputs=np.array([s.throughputs for s in specs], dtype=float).reshape(
-                len(specs), self.layout_k
-            ),
-            scale_factors=np.array([s.scale_factor for s in specs], dtype=np.int64),
-            weights=np.array([s.weight for s in specs]),
-            remaining_steps=np.array([max(s.spec.total_steps - s.steps_done, 0.0) for s in states]),
-            arrival_times=np.array([s.arrival_s for s in specs]),
+            throughputs=arrays.throughputs[slots],
+            scale_factors=arrays.scale_factor[slots].astype(np.int64),
+            weights=arrays.weight[slots],
+            remaining_steps=np.maximum(arrays.total_steps[slots] - arrays.steps_done[slots], 0.0),
+            arrival_times=arrays.arrival_s[slots],
             now=now,
-            iso_elapsed=np.array([s.iso_elapsed for s in states]),
-            slo_deadlines=np.array([s.slo_deadline_s for s in specs]),
+            iso_elapsed=arrays.iso_elapsed[slots],
+            slo_deadlines=arrays.slo_deadline_s[slots],
             prices=self.prices,
             budget=None if self.budget is None else max(self.budget - self.spent_usd, 0.0),
             entities=entities,
             entity_weights=self.entity_weights,
-            pairs=self._pair_candidates(specs) if self.space_sharing else None,
+            pairs=self._pair_candidates(specs) if specs is not None and self.space_sharing else None,
             previous=self.allocation,
         )
+        self._input_slots = slots
         return inp
 
     def _accumulate_iso(self, inp: AllocationInput) -> None:
         """FTF's t^iso: the time the steps made since the last reset would have taken under a 1/n share."""
         tau_iso = (inp.throughputs * isolated_fractions(inp.num_workers, inp.scale_factors)).sum(axis=1)
-        for row, state in enumerate(self.jobs.values()):
-            progressed = state.steps_done - state.steps_at_reset
-            if tau_iso[row] > 0:
-                state.iso_elapsed += progressed / tau_iso[row]
-            state.steps_at_reset = state.steps_done
+        slots = self._input_slots
+        arrays = self._arrays
+        progressed = arrays.steps_done[slots] - arrays.steps_at_reset[slots]
+        served = tau_iso > 0
+        arrays.iso_elapsed[slots[served]] += progressed[served] / tau_iso[served]
+        arrays.steps_at_reset[slots] = arrays.steps_done[slots]
 
     def _pair_throughputs(self, a: JobSpec, b: JobSpec) -> np.ndarray | None:
         """(k, 2) pair throughputs of ``a`` and ``b`` (in that order): measured, else the oracle's."""

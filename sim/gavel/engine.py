@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import simpy
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.scheduler import (
@@ -110,9 +113,16 @@ class GavelSimulation:
             self.remaining[j.spec.job_id] = j.spec.total_steps
             self.rate_consolidated[j.spec.job_id] = j.spec.throughputs
             self.rate_spread[j.spec.job_id] = j.unconsolidated
+        self._overhead_per_type = np.zeros(len(layout.worker_types))
+        self._overhead_per_type[: len(mechanism.preemption_overhead_s)] = mechanism.preemption_overhead_s
         self.window_left = sum(j.in_window for j in jobs)
         self.window_total = max(self.window_left, 1)
         self.round_chunks: list[tuple[np.ndarray, ...]] = []
+        self._chunk_rows = 0
+        self.rounds_file: Path | None = None
+        self._rounds_writer: pq.ParquetWriter | None = None
+        self.job_rounds = 0  # Σ over rounds of the jobs active in the round (a run's cost scales with it)
+        self.max_active = 0
         self.event_rows: list[tuple] = []
         self.num_rounds = 0
         self.num_arrived = 0
@@ -164,12 +174,13 @@ class GavelSimulation:
         combo, jobs, shared = self._slots(plan)
         types = plan.worker_types[combo]
         rate = self._slot_rates(plan, combo, jobs, types)
-        ran_before = np.zeros(len(plan), dtype=bool)
-        np.logical_or.at(ran_before, combo, self.has_run[jobs])
+        if len(jobs) == len(plan):
+            ran_before = self.has_run[jobs]
+        else:
+            ran_before = np.zeros(len(plan), dtype=bool)
+            np.logical_or.at(ran_before, combo, self.has_run[jobs])
         charged = ~plan.renewed & (ran_before | self.mechanism.overhead_on_first_start)
-        per_type = np.zeros(len(self.layout.worker_types))
-        per_type[: len(self.mechanism.preemption_overhead_s)] = self.mechanism.preemption_overhead_s
-        overhead = np.where(charged, per_type[plan.worker_types], 0.0)
+        overhead = np.where(charged, self._overhead_per_type[plan.worker_types], 0.0)
         if self.host is not None:
             # Jobs on a shared host train, and restart, at the speed its cores allow them together.
             gpus = np.array([len(g) for g in plan.gpus], dtype=float)[combo]
@@ -204,9 +215,12 @@ class GavelSimulation:
                 finishes = finishes & ~preempted
                 steps = np.where(preempted, 0.0, steps)
                 finish_t = np.where(preempted, cut, finish_t)
-        combo_end = np.full(len(plan), -np.inf)
-        np.maximum.at(combo_end, combo, finish_t)
-        combo_end = np.minimum(combo_end, start + length)
+        if len(jobs) == len(plan):
+            combo_end = np.minimum(finish_t, start + length)
+        else:
+            combo_end = np.full(len(plan), -np.inf)
+            np.maximum.at(combo_end, combo, finish_t)
+            combo_end = np.minimum(combo_end, start + length)
         latest = float(combo_end.max())
         yield self.env.timeout(latest - start)
 
@@ -215,14 +229,17 @@ class GavelSimulation:
         self.has_run[jobs] = True
         self.remaining[jobs] -= steps
         self.remaining[jobs[finishes]] = 0.0
-        self.round_chunks.append(
+        active = len(self.scheduler.jobs)
+        self.job_rounds += active
+        self.max_active = max(self.max_active, active)
+        self._keep_rows(
             (
                 np.full(len(jobs), self.num_rounds),
                 np.full(len(jobs), start),
                 np.where(finishes | preempted, finish_t, latest),
                 jobs,
                 types,
-                np.array([len(g) for g in plan.gpus], dtype=np.int64)[combo],
+                np.fromiter(map(len, plan.gpus), np.int64, len(plan))[combo],
                 plan.consolidated[combo],
                 plan.renewed[combo],
                 steps,
@@ -233,12 +250,7 @@ class GavelSimulation:
         if preempted.any():
             # A preempted combination received nothing it keeps: no credit towards its share.
             seconds[combo[preempted]] = 0.0
-        self.scheduler.record_round(
-            plan,
-            seconds,
-            dict(zip(jobs.tolist(), steps.tolist(), strict=True)),
-            latest - start,
-        )
+        self.scheduler.record_round(plan, seconds, (jobs, steps), latest - start)
         if self.policy_throughputs is not None:
             # Each lease's steps/s as the real backend measures it (alone on its workers, trained, not
             # evicted) feeds the policy's estimate of that job on that type.
@@ -260,6 +272,20 @@ class GavelSimulation:
     @staticmethod
     def _slots(plan: RoundPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One slot per job in the plan: its combination, the job, and its partner (-1 when alone)."""
+        if plan.members is not None:
+            members = plan.members
+            shared = members[:, 1] >= 0
+            if not shared.any():
+                return np.arange(len(plan)), members[:, 0].copy(), np.full(len(plan), -1, dtype=np.int64)
+            # A pair gives two slots in a row, its first member's then its second's.
+            combo = np.repeat(np.arange(len(plan)), np.where(shared, 2, 1))
+            first = np.ones(len(combo), dtype=bool)
+            first[1:] = combo[1:] != combo[:-1]
+            jobs = np.where(first, members[combo, 0], members[combo, 1])
+            shared_with = np.where(
+                members[combo, 1] < 0, -1, np.where(first, members[combo, 1], members[combo, 0])
+            )
+            return combo, jobs, shared_with
         if all(len(key) == 1 for key in plan.job_ids):
             jobs = np.array([key[0] for key in plan.job_ids], dtype=np.int64)
             return np.arange(len(plan)), jobs, np.full(len(plan), -1, dtype=np.int64)
@@ -278,6 +304,8 @@ class GavelSimulation:
         rate = np.where(
             plan.consolidated[combo], self.rate_consolidated[jobs, types], self.rate_spread[jobs, types]
         )
+        if len(jobs) == len(plan):
+            return rate
         for c, key in enumerate(plan.job_ids):
             if len(key) == 2:
                 assert self.colocation is not None
@@ -337,7 +365,7 @@ class GavelSimulation:
         sf = np.array([self.by_id[m].spec.scale_factor for m in jobs.tolist()], dtype=np.int64)
         rate = np.array([rates[m] for m in jobs.tolist()])
         spec_rate = self.rate_consolidated[jobs, types]
-        self.round_chunks.append(
+        self._keep_rows(
             (
                 np.full(len(jobs), -1),
                 np.full(len(jobs), start),
@@ -425,14 +453,33 @@ class GavelSimulation:
         self.env.run(until=done)
         return self.tables()
 
-    def tables(self) -> dict[str, pd.DataFrame]:
-        steps = {j.spec.job_id: j.spec.total_steps - self.remaining[j.spec.job_id] for j in self.jobs}
-        jobs = jobs_table(self.jobs, self.first_start, self.completion, steps)
+    def stream_rounds(self, path: Path) -> None:
+        """Write the per-job-per-round table to the Parquet file ``path`` in chunks as the run goes,
+        instead of keeping it (``tables()`` then returns it empty): a long run's memory then does not
+        grow with it. Call before :meth:`run`."""
+        if self.market is not None:
+            raise ValueError("a market's round costs need the rounds table in memory: it cannot stream")
+        self.rounds_file = path
+
+    def _keep_rows(self, chunk: tuple[np.ndarray, ...]) -> None:
+        self.round_chunks.append(chunk)
+        self._chunk_rows += len(chunk[0])
+        if self.rounds_file is not None and self._chunk_rows >= STREAM_CHUNK_ROWS:
+            self._flush_rounds()
+
+    def _flush_rounds(self) -> None:
+        """Append the rows kept so far to ``rounds_file`` and drop them."""
+        assert self.rounds_file is not None
+        table = pa.Table.from_pandas(self._rounds_frame(), preserve_index=False)
+        if self._rounds_writer is None:
+            self._rounds_writer = pq.ParquetWriter(self.rounds_file, table.schema)
+        self._rounds_writer.write_table(table)
+        self.round_chunks = []
+        self._chunk_rows = 0
+
+    def _rounds_frame(self) -> pd.DataFrame:
         columns = (
-            [
-                np.concatenate(parts) if self.round_chunks else np.zeros(0)
-                for parts in zip(*self.round_chunks, strict=True)
-            ]
+            [np.concatenate(parts) for parts in zip(*self.round_chunks, strict=True)]
             if self.round_chunks
             else [np.zeros(0)] * len(_ROUND_COLUMNS)
         )
@@ -445,6 +492,17 @@ class GavelSimulation:
         rounds["worker_type"] = np.array(self.layout.worker_types, dtype=object)[
             rounds["worker_type"].to_numpy()
         ]
+        return rounds
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        steps = {j.spec.job_id: j.spec.total_steps - self.remaining[j.spec.job_id] for j in self.jobs}
+        jobs = jobs_table(self.jobs, self.first_start, self.completion, steps)
+        if self.rounds_file is not None:
+            self._flush_rounds()
+            assert self._rounds_writer is not None
+            self._rounds_writer.close()
+            self._rounds_writer = None
+        rounds = self._rounds_frame()
         events = pd.DataFrame(self.event_rows, columns=["time_s", "kind", "job_id", "detail"])
         events = events.astype({"time_s": "float64", "kind": str, "job_id": "int64", "detail": str})
         tables = {"jobs": jobs, "rounds": rounds, "events": events}
@@ -456,6 +514,9 @@ class GavelSimulation:
             tables.update(self.market.tables(float(self.env.now)))
         return tables
 
+
+# Rows of the per-job-per-round table kept in memory before a streamed run writes them out.
+STREAM_CHUNK_ROWS = 1_000_000
 
 _ROUND_COLUMNS = (
     ("round", np.int64),
