@@ -17,8 +17,15 @@ from clustertwin.errors import InputError
 ROOT = Path(__file__).resolve().parents[1]
 FLEXRR = ROOT / "scenarios" / "validation" / "flexrr-real-cpu.yaml"
 GPU_RESULTS = ROOT / "tests" / "fixtures" / "gpu-suite"  # the GPU suite's tables, from results/
-# A real run of a few seconds: 4 worker processes, 2 iterations of 40 items at 0.25 s each.
-TINY = ["iterations=2", "items_per_worker=40", "iteration_s=0.25", "rr.message_checks=4"]
+# A real run of a few seconds: one machine of 2 workers (3 processes with its PS shard, each importing
+# torch), 2 iterations of 40 items at 0.25 s each.
+TINY = [
+    "cluster={machines: 1, workers_per_machine: 2}",
+    "iterations=2",
+    "items_per_worker=40",
+    "iteration_s=0.25",
+    "rr.message_checks=4",
+]
 
 
 def use_flexrr(monkeypatch: pytest.MonkeyPatch, **changes) -> None:

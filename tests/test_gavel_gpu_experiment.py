@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,22 +16,24 @@ FIXTURES = ROOT / "tests" / "fixtures"  # copies of runs under results/, without
 SCRIPT = ROOT / "experiments" / "gavel_gpu_fidelity.py"
 
 
-def _compare(work: Path, *options: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "compare", "--work", str(work), *options],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+def _compare(monkeypatch: pytest.MonkeyPatch, work: Path, *options: str) -> dict:
+    """The script's command line, run in this process: the step starts its own ``clustertwin run`` and
+    ``clustertwin compare`` processes, and one more interpreter around them would only add its start."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import gavel_gpu_fidelity as experiment
+
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "compare", "--work", str(work), *options])
+    assert experiment.main() == 0
     return json.loads((work / "results.json").read_text())
 
 
-def test_an_unfinished_run_is_compared_on_its_finished_jobs(tmp_path: Path) -> None:
+def test_an_unfinished_run_is_compared_on_its_finished_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     work = tmp_path / "las"
     shutil.copytree(FIXTURES / "gavel-las-gpu-run2", work)
     (work / "results.json").unlink()  # written again by the compare step
-    result = _compare(work)
+    result = _compare(monkeypatch, work)
     assert result["results"] == {}
     las = result["unfinished"]["las"]
     real = pd.read_parquet(work / "real-las.partial" / "jobs.parquet")
@@ -53,12 +54,14 @@ def test_an_unfinished_run_is_compared_on_its_finished_jobs(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_a_finished_run_is_compared_with_its_own_policys_calibration(tmp_path: Path) -> None:
+def test_a_finished_run_is_compared_with_its_own_policys_calibration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     work = tmp_path / "ftf"
     made = shutil.ignore_patterns("compare-*", "realised-*", "results.json")
     run = FIXTURES / "gpu-suite" / "gavel-ftf-gpu"
     shutil.copytree(run, work, ignore=made)
-    result = _compare(work)
+    result = _compare(monkeypatch, work)
     ftf = result["results"]["ftf"]
     committed = json.loads((run / "compare-ftf" / "compare.json").read_text())
     for key in ("avg_jct_error", "makespan_error", "utilisation_error", "jobs_compared"):
@@ -66,13 +69,15 @@ def test_a_finished_run_is_compared_with_its_own_policys_calibration(tmp_path: P
 
 
 @pytest.mark.slow
-def test_realised_calibration_takes_each_pairs_rate_from_its_rounds(tmp_path: Path) -> None:
+def test_realised_calibration_takes_each_pairs_rate_from_its_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Renewed rounds give a pair's steady rate; a pair that only started afresh gets its started rounds
     less the restart time the run measured; a pair that never trained keeps its profile."""
     work = tmp_path / "las"
     made = shutil.ignore_patterns("compare-*", "realised-*", "results.json")
     shutil.copytree(FIXTURES / "gavel-las-gpu-run4", work, ignore=made)
-    result = _compare(work, "--realised")
+    result = _compare(monkeypatch, work, "--realised")
     jobs = pd.read_parquet(work / "real-las" / "jobs.parquet")[["job_id", "job_type"]]
     rounds = pd.read_parquet(work / "real-las" / "rounds.parquet").merge(jobs, on="job_id")
     restart = json.loads((work / "real-las" / "summary.json").read_text())["run"]["round_overhead_s"]

@@ -146,7 +146,9 @@ def test_simulation_invariants(
     tmp_path_factory, policy, aware, gpus, per_server, jobs_per_hour, multiple, seed
 ):
     counts = {t: n * per_server for t, n in zip(("v100", "p100", "k80"), gpus, strict=True)}
+    # 20 jobs: a run's cost grows with its rounds, which a queue of 40 jobs on a 2-GPU cluster makes many.
     overrides = [
+        "workload.generate.num_jobs=20",
         f"cluster.gpus={counts}",
         f"cluster.gpus_per_server={per_server}",
         f"policy.name={policy}",
