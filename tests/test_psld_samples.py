@@ -81,12 +81,14 @@ def test_a_dequeued_sample_does_not_grow_with_the_blocks_ahead() -> None:
     assert np.allclose(times, times[0])  # without the queue every same-size block takes the same
 
 
-def _replay(sample_of: str, reports: int = 32) -> list[tuple[int, dict[int, float]]]:
+def _replay(
+    sample_of: str, reports: int = 32, gain_test: str | None = None
+) -> list[tuple[int, dict[int, float]]]:
     """The scheduler's decisions over ``reports`` reports of the GPU job (PS 2 at 1 Gbit/s, PSs 0 and 1
     bound by their CPU at 1.4 ns/B), with samples from push issue (``raw``), ``dequeued`` or ``shaped``
     (each block's own service, twice the link's per-byte time on the link-bound PS 2: in and out; no
     wait for the other workers' pushes)."""
-    sc = load_scenario(SCENARIO, ["real.device=cpu"])
+    sc = load_scenario(SCENARIO, ["real.device=cpu"] + ([f"psld.gain_test={gain_test}"] if gain_test else []))
     job = build_job(sc)
     sizes = [b.nbytes for b in job.blocks]
     per_byte = {0: 1.4e-9, 1: 1.4e-9, 2: job.workers / 125e6}
@@ -137,8 +139,9 @@ def test_shaped_samples_unload_the_throttled_ps_once_and_settle() -> None:
 
 
 def test_samples_from_push_issue_make_the_scheduler_chase_the_emptiest_ps() -> None:
-    # what the first GPU run did: from push issue, the samples measure load, not speed
-    decisions = _replay("raw")
+    # what the first GPU run did (under the point gain test of the time): from push issue, the samples
+    # measure load, not speed
+    decisions = _replay("raw", gain_test="point")
     assert len(decisions) >= 4
     model = sum(decisions[0][1].values())
     # everything on one PS, then on another: the map swings between single PSs

@@ -41,7 +41,7 @@ def test_default_scenario_is_the_papers_cluster_with_a_small_workload() -> None:
     assert scenario.kind == "gavel"
     assert scenario.cluster.gpus == {"v100": 36, "p100": 36, "k80": 36}
     assert scenario.cluster.servers() == {"v100": 9, "p100": 9, "k80": 9}
-    assert scenario.workload.generate is not None and scenario.workload.generate.num_jobs == 300
+    assert scenario.workload.generate is not None and scenario.workload.generate.num_jobs == "auto"
     assert scenario.workload.generate.jobs_per_hour == 4.0
     assert scenario.workload.window == (50, 250)
     assert (scenario.policy.name, scenario.policy.params) == ("las", {"aware": True})
@@ -206,7 +206,7 @@ def test_model_rule_broken_by_override_names_file_line_and_override() -> None:
         (["cluster.prices={v100: 1.0}"], "prices must give one price per worker type"),
         (["cluster.gpus_per_server={v100: 4}"], "gpus_per_server must name exactly the worker types"),
         (["workload.window=[250, 50]"], "window [250, 50) is empty"),
-        (["workload.window=[0, 400]"], "generate makes only 300 jobs"),
+        (["workload.generate.num_jobs=300", "workload.window=[0, 400]"], "generate makes only 300 jobs"),
         (["name=has space"], "field name: String should match pattern"),
         (["throughputs=measured.json"], "expected simulation or physical or a throughput JSON file"),
     ],

@@ -70,11 +70,13 @@ def test_agents_and_the_profiler_start_jobs_with_it(monkeypatch: pytest.MonkeyPa
         monkeypatch.delenv(name, raising=False)
     started: list[dict[str, str]] = []
     monkeypatch.setattr(agent.subprocess, "Popen", lambda *a, env, **k: started.append(env))
-    opts = argparse.Namespace(device="cpu", threads=2, slowdown=1.0, cuda_devices=None, cores=None)
-    worker = agent.Worker(opts, SimpleNamespace(host="127.0.0.1", port=1))
-    job = {"job_type": "LM (batch size 20)", "checkpoint": "c.pt", "key": "k", "max_steps": 1}
-    job |= {"max_seconds": 1.0, "total_steps": 1, "seed": 0, "slots": [0], "log": str(tmp_path / "log")}
-    worker._start(job)
+    settings = {"name": "cpu-0", "device": "cpu", "threads": 2, "slowdown": 1.0}
+    opts = argparse.Namespace(secret=b"s", cores=None, cuda_devices=None, address="127.0.0.1")
+    control = SimpleNamespace(address="127.0.0.1:1", get=lambda key: {"0": {"builtin": "LM (batch size 20)"}})
+    worker = agent.Worker(settings, opts, control)
+    job = {"job_id": 0, "job_type": "LM (batch size 20)", "checkpoint": str(tmp_path / "c.pt"), "key": "k"}
+    job |= {"max_steps": 1, "max_seconds": 1.0, "total_steps": 1, "seed": 0, "slots": [0]}
+    worker._start(job | {"log": str(tmp_path / "log")}, deadline=0.0)
     (env,) = started
     assert env["OMP_NUM_THREADS"] == "2"
     for environment in (env, profile._job_env()):
