@@ -18,6 +18,13 @@ claim (Fig. 11's gain magnitudes, Figs. 12-13 "PSLD performs steadily", Fig. 14'
 PSLD / strawman after recovery, Fig. 17's scale-out, Fig. 20's pause) is checked and printed beside them,
 marked "(not gated)", with its reason in ``why`` and docs/algorithms/psld.md, but does not decide the exit
 status. Exit status 1 when any gated claim fails.
+
+The Cluster-B claims (Figs. 15, 16, 19b-d, 20b: real-world stragglers, TensorFlow's assignment, the
+sensitivity to theta, block size and ScaleThreshold, the pause against checkpoint-and-restart) are data:
+``scenarios/claims/psld/claims.yaml`` holds each one's source, paper value, band, gating and why, and
+the sweeps and checkpoint costs they rest on; ``cluster_b_figures`` computes the figures they name from
+runs of ``scenarios/psld/cluster-b.yaml``. Of them, Figs. 15-16's orderings (PSLD faster than MXNet's
+default on BytePS and a vanilla PS, and than TensorFlow's round-robin) gate.
 """
 
 from __future__ import annotations
