@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clustertwin.claim_results import ClaimRow, report
 from clustertwin.claim_runs import Spec, run_specs, with_per_seed
@@ -136,6 +136,17 @@ def _stragglers(n: int, what: str = "bandwidth", value: float = 1.0) -> str:
     return f"stragglers=[{items}]"
 
 
+MODES = ("byteps", "vanilla")  # Fig. 15a, 15b
+FIG15_POLICIES = ("mxnet", "strawman", "psld")
+# Fig. 19's knobs: (override, the paper's default, the inputs' list of values)
+SWEEPS = {
+    "fig19b": ("psld.theta_ratio", 1.0, "theta_ratios"),
+    "fig19c": ("block_mb", 4.0, "block_mbs"),
+    "fig19d": ("psld.scale_threshold", 0.5, "scale_thresholds"),
+}
+RunKey = tuple[str, ...]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -160,6 +171,17 @@ class ClusterBInputs(_Strict):
     scale_thresholds: list[Annotated[float, Field(ge=0.0, le=1.0)]]
     checkpoint: Checkpoint
     quick_set: list[str]
+
+    @model_validator(mode="after")
+    def _sweeps(self) -> ClusterBInputs:
+        # each Fig. 19 claim compares the paper's default with settings on both sides of it
+        for _, default, values in SWEEPS.values():
+            got = getattr(self, values)
+            if default not in got or not (min(got) < default < max(got)):
+                raise ValueError(
+                    f"{values} must hold {default} (the paper's default) and values on both sides"
+                )
+        return self
 
 
 class PSLDClaim(_Strict):
@@ -187,17 +209,6 @@ def load_psld_claims(path: Path = CLAIMS_FILE) -> PSLDClaims:
         raise InputError(str(path), f"cannot read: {err}") from None
     except (yaml.YAMLError, ValidationError) as err:
         raise InputError(str(path), str(err)) from None
-
-
-MODES = ("byteps", "vanilla")  # Fig. 15a, 15b
-FIG15_POLICIES = ("mxnet", "strawman", "psld")
-# Fig. 19's knobs: (override, the paper's default, the inputs' list of values)
-SWEEPS = {
-    "fig19b": ("psld.theta_ratio", 1.0, "theta_ratios"),
-    "fig19c": ("block_mb", 4.0, "block_mbs"),
-    "fig19d": ("psld.scale_threshold", 0.5, "scale_thresholds"),
-}
-RunKey = tuple[str, ...]
 
 
 def cluster_b_runs(plan: _Plan, inputs: ClusterBInputs, quick: bool) -> dict[RunKey, list[Spec]]:
@@ -279,7 +290,7 @@ def cluster_b_figures(
             fig[f"{name}.peak"] = sweep[name][paper_default] / max(others)
             notes[f"{name}.peak"] = listed
     blocks = sweep["fig19c"]
-    fig["fig19c.largest_over_4mb"] = blocks[max(blocks)] / blocks[4.0]
+    fig["fig19c.largest_over_4mb"] = blocks[max(blocks)] / blocks[SWEEPS["fig19c"][1]]
     scale = sweep["fig19d"]
     below = [r for v, r in scale.items() if v < 0.5]
     above = [r for v, r in scale.items() if v > 0.5]

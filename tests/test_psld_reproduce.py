@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
+import yaml
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.psld import run
 from clustertwin.traces.psld_models import psld_model
@@ -14,6 +16,7 @@ from clustertwin.claim_runs import Spec
 from clustertwin.errors import InputError
 from clustertwin.reproduce_psld import (
     BW_LEVELS,
+    CLAIMS_FILE,
     CPU_LEVELS,
     SCENARIOS,
     _claims,
@@ -165,3 +168,15 @@ def test_a_claim_naming_an_unknown_figure_is_refused() -> None:
     bad = claims.model_copy(update={"claims": [claims.claims[0].model_copy(update={"metric": "fig99.x"})]})
     with pytest.raises(InputError, match="fig99.x"):
         cluster_b_rows(bad, {"fig15.byteps.alexnet.psld_over_baseline": 1.0}, {})
+
+
+def test_a_sweep_without_the_papers_default_is_refused(tmp_path: Path) -> None:
+    """Fig. 19c's claim is the 4 MB run over the others: a block list without 4 MB cannot be checked,
+    and the file and field are named."""
+    data = yaml.safe_load(CLAIMS_FILE.read_text(encoding="utf-8"))
+    data["inputs"]["block_mbs"] = [1.0, 2.0, 8.0]
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(InputError, match="block_mbs must hold 4.0") as err:
+        load_psld_claims(path)
+    assert str(path) in str(err.value)
