@@ -18,6 +18,13 @@ claim (Fig. 11's gain magnitudes, Figs. 12-13 "PSLD performs steadily", Fig. 14'
 PSLD / strawman after recovery, Fig. 17's scale-out, Fig. 20's pause) is checked and printed beside them,
 marked "(not gated)", with its reason in ``why`` and docs/algorithms/psld.md, but does not decide the exit
 status. Exit status 1 when any gated claim fails.
+
+The Cluster-B claims (Figs. 15, 16, 19b-d, 20b: real-world stragglers, TensorFlow's assignment, the
+sensitivity to theta, block size and ScaleThreshold, the pause against checkpoint-and-restart) are data:
+``scenarios/claims/psld/claims.yaml`` holds each one's source, paper value, band, gating and why, and
+the sweeps and checkpoint costs they rest on; ``cluster_b_figures`` computes the figures they name from
+runs of ``scenarios/psld/cluster-b.yaml``. Of them, Figs. 15-16's orderings (PSLD faster than MXNet's
+default on BytePS and a vanilla PS, and than TensorFlow's round-robin) gate.
 """
 
 from __future__ import annotations
@@ -26,12 +33,19 @@ import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clustertwin.claim_results import ClaimRow, report
 from clustertwin.claim_runs import Spec, run_specs, with_per_seed
+from clustertwin.errors import InputError
+from clustertwin.scenarios.claims import CLAIMS_DIR
 
 PAPER = "Chen et al., Elastic Parameter Server Load Distribution in Deep Learning Clusters"
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios" / "psld"
+CLAIMS_FILE = CLAIMS_DIR / "psld" / "claims.yaml"  # the Cluster-B claims (Figs. 15, 16, 19b-d, 20b)
 INF = float("inf")
 FIG11_MODELS = ("alexnet", "resnet50", "vgg16")
 # Fig. 11 per model, %: baseline drop, PSLD over straggling baseline, over straggler-free, over strawman
@@ -122,6 +136,200 @@ def _stragglers(n: int, what: str = "bandwidth", value: float = 1.0) -> str:
     return f"stragglers=[{items}]"
 
 
+MODES = ("byteps", "vanilla")  # Fig. 15a, 15b
+FIG15_POLICIES = ("mxnet", "strawman", "psld")
+# Fig. 19's knobs: (override, the paper's default, the inputs' list of values)
+SWEEPS = {
+    "fig19b": ("psld.theta_ratio", 1.0, "theta_ratios"),
+    "fig19c": ("block_mb", 4.0, "block_mbs"),
+    "fig19d": ("psld.scale_threshold", 0.5, "scale_thresholds"),
+}
+RunKey = tuple[str, ...]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Checkpoint(_Strict):
+    """Fig. 20b's checkpoint-and-restart: restart time plus the state written and read back."""
+
+    restart_s: Annotated[float, Field(ge=0.0)]
+    storage_gbytes_per_s: Annotated[float, Field(gt=0.0)]
+    state_factor: Annotated[float, Field(gt=0.0)]  # state bytes per parameter byte
+
+    def pause_s(self, model_bytes: float) -> float:
+        return self.restart_s + 2 * self.state_factor * model_bytes / (self.storage_gbytes_per_s * 1e9)
+
+
+class ClusterBInputs(_Strict):
+    scenario: str  # under scenarios/psld/
+    models: list[str]
+    sweep_model: str
+    theta_ratios: list[Annotated[float, Field(ge=0.0)]]
+    block_mbs: list[Annotated[float, Field(gt=0.0)]]
+    scale_thresholds: list[Annotated[float, Field(ge=0.0, le=1.0)]]
+    checkpoint: Checkpoint
+    quick_set: list[str]
+
+    @model_validator(mode="after")
+    def _sweeps(self) -> ClusterBInputs:
+        # each Fig. 19 claim compares the paper's default with settings on both sides of it
+        for _, default, values in SWEEPS.values():
+            got = getattr(self, values)
+            if default not in got or not (min(got) < default < max(got)):
+                raise ValueError(
+                    f"{values} must hold {default} (the paper's default) and values on both sides"
+                )
+        return self
+
+
+class PSLDClaim(_Strict):
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+    claim: str
+    source: Annotated[str, Field(min_length=1)]
+    paper: float | str
+    metric: str  # a key of ``cluster_b_figures``
+    accept: tuple[float, float] | None
+    gated: bool
+    fmt: str = "{:.2f}"
+    why: Annotated[str, Field(min_length=1)]
+
+
+class PSLDClaims(_Strict):
+    paper: str
+    inputs: ClusterBInputs
+    claims: list[PSLDClaim]
+
+
+def load_psld_claims(path: Path = CLAIMS_FILE) -> PSLDClaims:
+    try:
+        return PSLDClaims.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except OSError as err:
+        raise InputError(str(path), f"cannot read: {err}") from None
+    except (yaml.YAMLError, ValidationError) as err:
+        raise InputError(str(path), str(err)) from None
+
+
+def cluster_b_runs(plan: _Plan, inputs: ClusterBInputs, quick: bool) -> dict[RunKey, list[Spec]]:
+    """The Cluster-B runs, by (figure, ...): Fig. 15's policies per mode and model, Fig. 16's TensorFlow
+    runs (BytePS, as PSLD's), and Fig. 19's sweeps on the sweep model, whose default point is Fig. 15a's
+    PSLD run of that model."""
+    window = tuple(inputs.quick_set) if quick else ()
+    runs: dict[RunKey, list[Spec]] = {}
+    for mode in MODES:
+        for m in inputs.models:
+            for p in FIG15_POLICIES:
+                runs[("fig15", mode, m, p)] = plan.need(
+                    inputs.scenario, f"model={m}", f"mode={mode}", f"policy={p}", *window
+                )
+    for m in inputs.models:
+        runs[("fig16", m)] = plan.need(
+            inputs.scenario, f"model={m}", "mode=byteps", "policy=tensorflow", *window
+        )
+    default = runs[("fig15", "byteps", inputs.sweep_model, "psld")]
+    for fig, (field, paper_default, values) in SWEEPS.items():
+        for v in getattr(inputs, values):
+            runs[(fig, str(v))] = (
+                default
+                if v == paper_default
+                else plan.need(
+                    inputs.scenario,
+                    f"model={inputs.sweep_model}",
+                    "mode=byteps",
+                    "policy=psld",
+                    f"{field}={v}",
+                    *window,
+                )
+            )
+    return runs
+
+
+def cluster_b_figures(
+    inputs: ClusterBInputs, runs: dict[RunKey, list[Spec]], mean: Callable[[list[Spec], str], float]
+) -> tuple[dict[str, float], dict[str, str]]:
+    """The figures the Cluster-B claims name (``metric``), and per figure the values behind it (printed
+    with the claim)."""
+    from clustertwin.traces.psld_models import psld_model
+
+    def rate(key: RunKey) -> float:
+        return mean(runs[key], "samples_per_s")
+
+    fig: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    gains: dict[str, list[float]] = {}
+    for mode in MODES:
+        straw_base, psld_straw = {}, {}
+        for m in inputs.models:
+            base, straw, psld = (rate(("fig15", mode, m, p)) for p in FIG15_POLICIES)
+            fig[f"fig15.{mode}.{m}.psld_over_baseline"] = psld / base
+            fig[f"fig15.{mode}.{m}.gain_pct"] = 100 * (psld / base - 1)
+            notes[f"fig15.{mode}.{m}.psld_over_baseline"] = f"{psld:.0f} / {base:.0f} img/s"
+            straw_base[m], psld_straw[m] = straw / base, psld / straw
+        gains[mode] = [fig[f"fig15.{mode}.{m}.gain_pct"] for m in inputs.models]
+        fig[f"fig15.{mode}.strawman_over_baseline_max"] = max(straw_base.values())
+        notes[f"fig15.{mode}.strawman_over_baseline_max"] = _listed(straw_base)
+        fig[f"fig15.{mode}.psld_over_strawman_max_pct"] = 100 * (max(psld_straw.values()) - 1)
+        notes[f"fig15.{mode}.psld_over_strawman_max_pct"] = _listed(psld_straw)
+    fig["fig15.byteps_minus_vanilla_pts"] = statistics.fmean(gains["byteps"]) - statistics.fmean(
+        gains["vanilla"]
+    )
+    over_tf = {}
+    for m in inputs.models:
+        tf, psld = rate(("fig16", m)), rate(("fig15", "byteps", m, "psld"))
+        fig[f"fig16.{m}.psld_over_tensorflow"] = over_tf[m] = psld / tf
+        notes[f"fig16.{m}.psld_over_tensorflow"] = f"{psld:.0f} / {tf:.0f} img/s"
+    fig["fig16.psld_over_tensorflow_max_pct"] = 100 * (max(over_tf.values()) - 1)
+    notes["fig16.psld_over_tensorflow_max_pct"] = _listed(over_tf)
+    sweep: dict[str, dict[float, float]] = {}
+    for name, (_, paper_default, values) in SWEEPS.items():
+        sweep[name] = {v: rate((name, str(v))) for v in getattr(inputs, values)}
+        others = [r for v, r in sweep[name].items() if v != paper_default]
+        listed = ", ".join(f"{v:g}: {r:.0f}" for v, r in sweep[name].items()) + " img/s"
+        if name != "fig19d":
+            fig[f"{name}.peak"] = sweep[name][paper_default] / max(others)
+            notes[f"{name}.peak"] = listed
+    blocks = sweep["fig19c"]
+    fig["fig19c.largest_over_4mb"] = blocks[max(blocks)] / blocks[SWEEPS["fig19c"][1]]
+    scale = sweep["fig19d"]
+    below = [r for v, r in scale.items() if v < 0.5]
+    above = [r for v, r in scale.items() if v > 0.5]
+    fig["fig19d.rise"] = scale[0.5] / max(below)
+    fig["fig19d.above"] = max(above) / scale[0.5]
+    notes["fig19d.rise"] = notes["fig19d.above"] = ", ".join(f"{v:g}: {r:.0f}" for v, r in scale.items())
+    for mode in MODES:
+        less = {}
+        for m in inputs.models:
+            pause = mean(runs[("fig15", mode, m, "psld")], "max_suspension_s")
+            less[m] = 100 * (1 - pause / inputs.checkpoint.pause_s(psld_model(m).nbytes))
+        worst = min(less, key=lambda m: less[m])
+        fig[f"fig20b.{mode}.less_pct"] = less[worst]
+        pause = mean(runs[("fig15", mode, worst, "psld")], "max_suspension_s")
+        io = inputs.checkpoint.pause_s(psld_model(worst).nbytes) - inputs.checkpoint.restart_s
+        notes[f"fig20b.{mode}.less_pct"] = (
+            f"worst: {worst}, pause {pause:.2f} s; holds for any restart over "
+            f"{max(0.0, 10 * pause - io):.1f} s"
+        )
+    return fig, notes
+
+
+def cluster_b_rows(claims: PSLDClaims, fig: dict[str, float], notes: dict[str, str]) -> list[ClaimRow]:
+    rows = []
+    for c in claims.claims:
+        if c.metric not in fig:
+            known = ", ".join(sorted(fig))
+            raise InputError(str(CLAIMS_FILE), f"claim {c.id}: unknown metric {c.metric!r}; known: {known}")
+        note = f" ({notes[c.metric]})" if c.metric in notes else ""
+        rows.append(
+            ClaimRow(c.id, c.claim + note, c.source, c.paper, fig[c.metric], c.accept, c.fmt, c.gated, c.why)
+        )
+    return rows
+
+
+def _listed(values: dict[str, float]) -> str:
+    return ", ".join(f"{m}: {v:.2f}" for m, v in values.items())
+
+
 def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]], list[ClaimRow]]:
     policies = ("mxnet", "strawman", "psld")
     fig11 = {
@@ -158,6 +366,8 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
     eps = {e: plan.need("real-world.yaml", f"psld.epsilon={e}") for e in EPSILONS}
     scale = {s: plan.need("scale-out.yaml", f"psld.scale_out={s}") for s in ("true", "false")}
     vanilla = plan.need("one-straggler.yaml", "model=vgg16", "policy=psld", "mode=vanilla", *_vgg("vgg16"))
+    cluster_b = load_psld_claims()
+    cluster_b_specs = cluster_b_runs(plan, cluster_b.inputs, quick)
 
     def rows(done: dict[str, dict[str, float]]) -> list[ClaimRow]:
         def mean(specs: list[Spec], metric: str = "samples_per_s") -> float:
@@ -585,14 +795,20 @@ def _claims(plan: _Plan, quick: bool) -> Callable[[dict[str, dict[str, float]]],
                 ),
             )
         )
+        # --- Cluster-B: Figs. 15, 16, 19b-d, 20b (claims as data) ---
+        out.extend(cluster_b_rows(cluster_b, *cluster_b_figures(cluster_b.inputs, cluster_b_specs, mean)))
         return out
 
     return rows
 
 
 def _longest(spec: Spec) -> bool:
-    """The recovery runs are the longest: started first, they do not finish last alone."""
-    return spec.scenario == "recovery.yaml"
+    """The recovery runs and Cluster-B's AlexNet and ResNet-50 runs (short iterations at 100 Gbit/s, so
+    many messages) are the longest: started first, they do not finish last alone."""
+    return spec.scenario == "recovery.yaml" or (
+        spec.scenario == "cluster-b.yaml"
+        and not {"model=alexnet", "model=resnet50"}.isdisjoint(spec.overrides)
+    )
 
 
 def _vgg(model: str) -> tuple[str, ...]:

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
+from pathlib import Path
 
+import pytest
+import yaml
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.psld import run
+from clustertwin.traces.psld_models import psld_model
 
-from clustertwin.reproduce_psld import BW_LEVELS, CPU_LEVELS, SCENARIOS, _claims, _Plan
+from clustertwin.claim_runs import Spec
+from clustertwin.errors import InputError
+from clustertwin.reproduce_psld import (
+    BW_LEVELS,
+    CLAIMS_FILE,
+    CPU_LEVELS,
+    SCENARIOS,
+    _claims,
+    _Plan,
+    cluster_b_figures,
+    cluster_b_rows,
+    cluster_b_runs,
+    load_psld_claims,
+)
 
 
 def test_intensity_runs_measure_psld_after_its_first_decision() -> None:
@@ -61,6 +79,10 @@ GATING = {
     "fig18-noexplore-loaded",
     # Fig. 19a: epsilon > 0.1 hurts
     "fig19a-eps",
+    # Figs. 15-16 (Cluster-B, real-world stragglers): PSLD beats MXNet's default on BytePS and on a
+    # vanilla PS, and TensorFlow's round-robin, for each model
+    *(f"fig15{a}-{m}-order" for a in ("a", "b") for m in ("alexnet", "resnet50", "vgg16")),
+    *(f"fig16-{m}-order" for m in ("alexnet", "resnet50", "vgg16")),
 }
 
 
@@ -82,5 +104,79 @@ def test_exactly_the_central_claims_gate_the_exit_status() -> None:
         "fig18-strawman",
         "fig17-scale-out",
         "fig20-overhead",
+        *(f"fig15{a}-{m}-gain" for a in ("a", "b") for m in ("alexnet", "resnet50", "vgg16")),
+        *(f"fig15{a}-{what}" for a in ("a", "b") for what in ("strawman-flat", "over-strawman")),
+        "fig15-byteps-gains-more",
+        "fig16-up-to",
+        "fig19b-theta-peak",
+        "fig19c-block-peak",
+        "fig19c-large-decline",
+        "fig19d-rises",
+        "fig19d-flat-above",
+        "fig20b-byteps",
+        "fig20b-vanilla",
     }
     assert not any(r.gated for r in rows if r.accept is None)  # reported-only rows never decide
+
+
+def _fake_rate(spec: Spec) -> float:
+    """images/s of a Cluster-B run from its overrides alone: PSLD 1.5x the baseline, the strawman 1.1x,
+    TensorFlow 1.2x; every Fig. 19 knob best at the paper's default, worse the farther from it."""
+    o = dict(x.split("=", 1) for x in spec.overrides)
+    base = {"mxnet": 100.0, "strawman": 110.0, "psld": 150.0, "tensorflow": 120.0}[o["policy"]]
+    for field, default in (("psld.theta_ratio", 1.0), ("block_mb", 4.0)):
+        if field in o:
+            base -= abs(float(o[field]) - default)
+    if "psld.scale_threshold" in o:
+        base -= 10 * max(0.0, 0.5 - float(o["psld.scale_threshold"]))
+    return base * (0.5 if o.get("mode") == "vanilla" else 1.0)
+
+
+def test_cluster_b_figures_from_fake_runs() -> None:
+    """Figs. 15, 16, 19b-d and 20b computed from made-up rates: each figure is the ratio the claim says,
+    the sweeps' default point is Fig. 15a's PSLD run, and the checkpoint pause is restart plus state I/O."""
+    claims = load_psld_claims()
+    inputs = claims.inputs
+    plan = _Plan([0])
+    runs = cluster_b_runs(plan, inputs, quick=True)
+    assert runs[("fig19b", "1.0")] is runs[("fig15", "byteps", inputs.sweep_model, "psld")]
+    assert all(set(inputs.quick_set) <= set(s.overrides) for s in plan.specs.values())
+
+    def mean(specs: list[Spec], metric: str) -> float:
+        return statistics.fmean(_fake_rate(s) if metric == "samples_per_s" else 0.5 for s in specs)
+
+    fig, notes = cluster_b_figures(inputs, runs, mean)
+    assert fig["fig15.byteps.vgg16.psld_over_baseline"] == pytest.approx(1.5)
+    assert fig["fig15.vanilla.alexnet.gain_pct"] == pytest.approx(50.0)
+    assert fig["fig15.byteps.strawman_over_baseline_max"] == pytest.approx(1.1)
+    assert fig["fig15.byteps.psld_over_strawman_max_pct"] == pytest.approx(100 * (150 / 110 - 1))
+    assert fig["fig15.byteps_minus_vanilla_pts"] == pytest.approx(0.0)
+    assert fig["fig16.psld_over_tensorflow_max_pct"] == pytest.approx(25.0)
+    assert fig["fig19b.peak"] > 1 and fig["fig19c.peak"] > 1 and fig["fig19c.largest_over_4mb"] < 1
+    assert fig["fig19d.rise"] > 1 and fig["fig19d.above"] == pytest.approx(1.0)
+    ckpt = inputs.checkpoint
+    # equal pauses: the worst case is the model whose checkpoint is quickest (the smallest)
+    smallest = min(psld_model(m).nbytes for m in inputs.models)
+    expected = 100 * (1 - 0.5 / ckpt.pause_s(smallest))
+    assert fig["fig20b.byteps.less_pct"] == pytest.approx(expected)
+    rows = cluster_b_rows(claims, fig, notes)
+    assert [r.id for r in rows] == [c.id for c in claims.claims]
+
+
+def test_a_claim_naming_an_unknown_figure_is_refused() -> None:
+    claims = load_psld_claims()
+    bad = claims.model_copy(update={"claims": [claims.claims[0].model_copy(update={"metric": "fig99.x"})]})
+    with pytest.raises(InputError, match="fig99.x"):
+        cluster_b_rows(bad, {"fig15.byteps.alexnet.psld_over_baseline": 1.0}, {})
+
+
+def test_a_sweep_without_the_papers_default_is_refused(tmp_path: Path) -> None:
+    """Fig. 19c's claim is the 4 MB run over the others: a block list without 4 MB cannot be checked,
+    and the file and field are named."""
+    data = yaml.safe_load(CLAIMS_FILE.read_text(encoding="utf-8"))
+    data["inputs"]["block_mbs"] = [1.0, 2.0, 8.0]
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(InputError, match="block_mbs must hold 4.0") as err:
+        load_psld_claims(path)
+    assert str(path) in str(err.value)
