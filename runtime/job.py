@@ -69,8 +69,9 @@ class LeaseSummary:
     seconds: float  # training time, excluding checkpoint load and save
     load_s: float
     save_s: float
-    # The lease's second half: the steps that began after half its seconds had passed, and their time;
-    # its rate is the steady one, free of the first steps' one-time costs.
+    # The lease's second half: the steps that began after half its seconds had passed, and their time.
+    # Its rate is the process's steady one, free of the first steps' one-time costs: the profiler's
+    # throughput (``runtime.gavel.profile.measure``).
     window_steps: int = 0
     window_seconds: float = 0.0
 

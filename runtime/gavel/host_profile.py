@@ -2,7 +2,7 @@
 
 One CPU training process of a scenario's job type trains alone on the host, then as many copies as the
 host has cores (over ``real.threads_per_cpu_worker``) train at once, each lease ``seconds`` long and
-measured over its second half (``LeaseReport.window_steps``, free of start-up costs). The efficiency is
+measured over its second half (``LeaseSummary.window_steps``, free of start-up costs). The efficiency is
 the copies' mean rate over the lone one's: what a busy core delivers with every core busy, relative to
 one busy core alone (shared memory bandwidth, caches, turbo). Processor sharing itself (more processes
 than cores) is the model's part and is not measured here: the copies never outnumber the cores.

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from clustertwin.runtime.job import LeaseSummary
 from clustertwin.runtime.workloads import Workload
 from torch import nn
 
@@ -29,28 +30,6 @@ from clustertwin.atomic import write_atomically
 class Lease:
     max_steps: int  # at most this many steps in this lease
     max_seconds: float  # and at most this long (wall clock)
-
-
-@dataclass(frozen=True)
-class LeaseReport:
-    start_step: int
-    end_step: int
-    seconds: float  # training time, excluding checkpoint load and save
-    load_s: float
-    save_s: float
-    # The lease's second half: the steps that began after half its seconds had passed, and their time.
-    # Its rate is the process's steady one, free of the first steps' one-time costs: the profiler's
-    # throughput (``runtime.gavel.profile.measure``).
-    window_steps: int = 0
-    window_seconds: float = 0.0
-
-    @property
-    def steps(self) -> int:
-        return self.end_step - self.start_step
-
-    @property
-    def throughput(self) -> float:
-        return self.steps / self.seconds if self.seconds > 0 else 0.0
 
 
 @dataclass
@@ -123,7 +102,7 @@ class Trainer:
     def finished(self) -> bool:
         return self.state.step >= self.total_steps
 
-    def train(self, lease: Lease) -> LeaseReport:
+    def train(self, lease: Lease) -> LeaseSummary:
         """Train for at most ``lease`` and never past the job's total steps; nothing is saved."""
         state, device = self.state, self.device
         start_step = state.step
@@ -148,7 +127,7 @@ class Trainer:
                 break
         ended = time.perf_counter()
         first, opened = window if window is not None else (state.step, ended)
-        return LeaseReport(
+        return LeaseSummary(
             start_step, state.step, ended - started, 0.0, 0.0, state.step - first, ended - opened
         )
 
@@ -172,7 +151,7 @@ def run_lease(
     seed: int = 0,
     device: torch.device | str = "cpu",
     slowdown: float = 1.0,
-) -> LeaseReport:
+) -> LeaseSummary:
     """One lease in a process of its own: load, train, save; report what was done."""
     trainer = Trainer(workload, checkpoint, total_steps, seed=seed, device=device, slowdown=slowdown)
     report = trainer.train(lease)

@@ -14,7 +14,7 @@ has several ranks) for two leases:
   and a 40-step profile on an H100 over-stated the GPU throughputs 2-8x against the real run's rounds.
 
 The steady throughput (steps/s, Gavel's table T) is the measured lease's second half: the steps that
-began after half its seconds had passed, over their time (``LeaseReport.window_steps``), so that none of
+began after half its seconds had passed, over their time (``LeaseSummary.window_steps``), so that none of
 a process's one-time costs fall inside. The difference of the two leases' training times
 (:func:`steady_step_s`) is the answer for a lease bounded by steps or a second half of fewer than
 ``_MIN_WINDOW_STEPS`` steps, and is written beside it (``two_lease_step_s``). It assumes the two
