@@ -20,6 +20,8 @@ start (``info["start_timestamp"]`` gives its wall-clock time in the trace); mone
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 from clustertwin.scenarios.results import RunResult, check_contract, contract_frame
 
@@ -77,6 +79,25 @@ SPOT_TABLES: dict[str, dict[str, str]] = {
         "paid": "bool",
     },
 }
+
+
+def acquisition_row(alloc_id: int, rec: Any) -> dict:
+    """One ``acquisitions`` row from an allocation's record (``rec.alloc`` and its times and end reason),
+    as both executors keep it."""
+    a = rec.alloc
+    return {
+        "alloc_id": alloc_id,
+        "instance_type": a.market[0],
+        "zone": a.market[1],
+        "count": a.count,
+        "bid": a.bid,
+        "on_demand": a.on_demand,
+        "requested_s": rec.requested_s,
+        "granted_s": rec.granted_s,
+        "ready_s": rec.ready_s,
+        "ended_s": rec.ended_s,
+        "end_reason": rec.end_reason,
+    }
 
 
 def to_frame(name: str, rows: list[dict]) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from clustertwin.policies.bidbrain.cost_model import HOUR_S
 from clustertwin.policies.bidbrain.history import PriceSeries
 from clustertwin.policies.spot import NO_FAULT_TOLERANCE, AcquisitionPolicy, DecisionPoint, FaultTolerance
 from clustertwin.policies.spot.billing import BillingModel, lifetime_bill
+from clustertwin.scenarios.spot_results import acquisition_row
 
 
 @dataclass(frozen=True)
@@ -340,21 +341,7 @@ class Fleet:
         acquisitions, bills, usage = [], [], []
         for aid, rec in sorted(self._recs.items()):
             a = rec.alloc
-            acquisitions.append(
-                {
-                    "alloc_id": aid,
-                    "instance_type": a.market[0],
-                    "zone": a.market[1],
-                    "count": a.count,
-                    "bid": a.bid,
-                    "on_demand": a.on_demand,
-                    "requested_s": rec.requested_s,
-                    "granted_s": rec.granted_s,
-                    "ready_s": rec.ready_s,
-                    "ended_s": rec.ended_s,
-                    "end_reason": rec.end_reason,
-                }
-            )
+            acquisitions.append(acquisition_row(aid, rec))
             if math.isnan(rec.granted_s):
                 continue
             evicted = rec.end_reason == "evicted"

@@ -36,6 +36,7 @@ from clustertwin.policies.spot import (
 )
 from clustertwin.policies.spot.billing import BillingModel
 from clustertwin.scenarios.spot_replay import MarketReplay
+from clustertwin.scenarios.spot_results import acquisition_row
 from clustertwin.sim.spot.perf import PerfModel
 
 
@@ -556,22 +557,7 @@ class SpotSim:
         self._finish.succeed()
 
     def _log_acquisition(self, rec: _Alloc) -> None:
-        a = rec.alloc
-        self.books.acquisitions.append(
-            {
-                "alloc_id": a.alloc_id,
-                "instance_type": a.market[0],
-                "zone": a.market[1],
-                "count": a.count,
-                "bid": a.bid,
-                "on_demand": a.on_demand,
-                "requested_s": rec.requested_s,
-                "granted_s": rec.granted_s,
-                "ready_s": rec.ready_s,
-                "ended_s": rec.ended_s,
-                "end_reason": rec.end_reason,
-            }
-        )
+        self.books.acquisitions.append(acquisition_row(rec.alloc.alloc_id, rec))
 
 
 def _nodes(rec: _Alloc) -> list[str]:
