@@ -13,26 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from clustertwin.runtime.models.nets import BasicBlock
 from torch import nn
 from torch.nn import functional as F
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, channels_in: int, channels: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(channels_in, channels, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(channels)
-        self.conv2 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(channels)
-        self.shortcut = nn.Sequential()
-        if stride != 1 or channels_in != channels:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(channels_in, channels, 1, stride, bias=False), nn.BatchNorm2d(channels)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
 
 
 class SmallResNet(nn.Module):

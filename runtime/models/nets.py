@@ -24,7 +24,7 @@ class MLR(nn.Module):
         return self.linear(x)
 
 
-class _Residual(nn.Module):
+class BasicBlock(nn.Module):
     """A basic residual block (two 3x3 convolutions with batch norm), with a 1x1 projection when the
     shape changes."""
 
@@ -34,15 +34,15 @@ class _Residual(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.skip = (
+        self.shortcut = (
             nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
             if stride != 1 or cin != cout
-            else nn.Identity()
+            else nn.Sequential()
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(self.bn2(self.conv2(y)) + self.skip(x))
+        return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
 
 
 class ResNetSmall(nn.Module):
@@ -55,7 +55,7 @@ class ResNetSmall(nn.Module):
         layers, cin = [], widths[0]
         for i, cout in enumerate(widths):
             for j in range(depth):
-                layers.append(_Residual(cin, cout, 2 if i > 0 and j == 0 else 1))
+                layers.append(BasicBlock(cin, cout, 2 if i > 0 and j == 0 else 1))
                 cin = cout
         self.stages = nn.Sequential(*layers)
         self.fc = nn.Linear(cin, classes)
