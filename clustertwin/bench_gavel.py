@@ -124,7 +124,12 @@ def bench_gavel_scale(emit: Callable[[str, object], None]) -> None:
     points = []
     with tempfile.TemporaryDirectory(prefix="gavel-scale-") as folder:
         table = derived_table(Path(folder) / "throughputs.json")
-        for gpus in SCALE_GPUS:
+        for n, gpus in enumerate(SCALE_GPUS, start=1):
+            # Progress on stderr, so that stdout stays key=value lines.
+            print(
+                f"scale {n}/{len(SCALE_GPUS)}: simulating {gpus:,} GPUs, {JOBS_PER_GPU * gpus:,} jobs",
+                file=sys.stderr,
+            )
             # A fresh process per size: its peak memory is its own, not the largest run's so far.
             with ProcessPoolExecutor(1, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
                 rounds_file = Path(folder) / f"rounds-{gpus}.parquet"
