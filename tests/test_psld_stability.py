@@ -14,7 +14,7 @@ import numpy as np
 from clustertwin.policies.psld.profiling import Sample, ServerModel
 from clustertwin.policies.psld.scheduler import PSLDScheduler, SchedulerConfig
 from clustertwin.policies.psld.stability import clear_gain, period_sem
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 MB = 1024 * 1024
@@ -69,9 +69,18 @@ def test_the_significance_test_never_reassigns_on_noise(seed: int, shared: float
 
 @settings(max_examples=4, deadline=None)
 @given(seed=st.integers(0, 2**16), shared=st.floats(0.05, 0.4))
+@example(seed=77, shared=0.375)  # a first period whose shared jitter alone looked like a straggler
 def test_the_significance_test_still_reacts_to_a_straggler(seed: int, shared: float) -> None:
     moved = _reassignments("significant", seed, shared, 55e9, reports=16, straggler_at=6)
     assert moved and 6 <= moved[0] <= 10, moved  # within a few reports of the onset, never before
+
+
+def _on_lines(model: ServerModel, server: int, sizes: list[float], noise: list[float]) -> list[Sample]:
+    return [
+        Sample(w, server, s, (a * s + b) * (1.0 + e))
+        for w, (a, b) in enumerate(zip(model.alphas, model.betas, strict=True))
+        for s, e in zip(sizes, noise, strict=True)
+    ]
 
 
 def test_noiseless_profiles_make_the_significance_test_the_point_test() -> None:
@@ -79,14 +88,22 @@ def test_noiseless_profiles_make_the_significance_test_the_point_test() -> None:
     fast = ServerModel((0.5e-9,) * 4, (1e-4,) * 4)
     model = {0: flat, 1: fast}
     sizes = [1e6] * 4
-    periods = {0: [flat, flat], 1: [fast, fast]}
-    assert period_sem(periods[0], 1e6) == 0.0
+    probe = [0.5e6, 1e6, 2e6]
+    clean = {0: [_on_lines(flat, 0, probe, [0.0] * 3)], 1: [_on_lines(fast, 1, probe, [0.0] * 3)]}
+    assert period_sem([flat, flat], 1e6) == 0.0
     even, skewed = [0, 1, 0, 1], [0, 0, 0, 1]
-    assert clear_gain(sizes, skewed, even, model, periods, 1.645, 0.05)
-    assert not clear_gain(sizes, even, skewed, model, periods, 1.645, 0.05)
+    for history in (clean, {r: periods * 2 for r, periods in clean.items()}):  # one period, then two
+        assert clear_gain(sizes, skewed, even, model, history, 1.645, 0.05)
+        assert not clear_gain(sizes, even, skewed, model, history, 1.645, 0.05)
+    # one period whose first iterations ran 1.6x and last 0.6x the line: no gain is clear yet
+    probe4, hiccup = [1e6] * 4, [0.6, 0.6, -0.4, -0.4]
+    scattered = {r: [_on_lines(model[r], r, probe4, hiccup)] for r in (0, 1)}
+    assert not clear_gain(sizes, skewed, even, model, scattered, 1.645, 0.05)
     # the same means, but periods that disagree by more than the gain: not applied
+    slow = ServerModel((2e-9,) * 4, (1e-4,) * 4)
+    quick = ServerModel((0.2e-9,) * 4, (1e-4,) * 4)
     noisy = {
-        0: [ServerModel((2e-9,) * 4, (1e-4,) * 4), ServerModel((0.2e-9,) * 4, (1e-4,) * 4)],
-        1: [fast, fast],
+        0: [_on_lines(slow, 0, probe, [0.0] * 3), _on_lines(quick, 0, probe, [0.0] * 3)],
+        1: clean[1] * 2,
     }
     assert not clear_gain(sizes, [0, 0, 1, 1], [0, 1, 1, 1], model, noisy, 1.645, 0.05)

@@ -164,12 +164,8 @@ class PSLDScheduler:
         """Whether the new map is applied: its gain passes the configured test."""
         if self.config.gain_test == "point":
             return after <= before * (1.0 - self.config.min_gain)
-        periods = {
-            r: [fit_model(report)[r] for report in self.history[r] if report]
-            for r in model
-            if r in self.history
-        }
-        return clear_gain(self.sizes, owners, new, model, periods, self.config.z, self.config.min_gain)
+        history = {r: list(self.history[r]) for r in model if r in self.history}
+        return clear_gain(self.sizes, owners, new, model, history, self.config.z, self.config.min_gain)
 
     def remove_server(self, server: int, rng: np.random.Generator) -> Decision:
         """DEL_SERVER: drop ``server`` and redistribute every block over the rest by Algorithm 3."""

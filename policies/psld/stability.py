@@ -20,9 +20,14 @@ The test here applies a map only when the current one is *confidently* slower: t
 slowest-PS time, each PS at its lower bound, must exceed the new map's at its upper bound by
 ``min_gain``. A PS's bound is Pred_mean -/+ z x its uncertainty, and the uncertainty is the larger of
 Algorithm 1's SEM over workers and the SEM over the reporting periods in the history (each period's
-own fit, evaluated at the same load), which is what sees the period-to-period noise. With noiseless
-samples both SEMs are 0 and the test is the point test, so the simulator without timing noise makes
-the same decisions as before; a real straggler's effect (many times the noise) passes at once.
+own fit, evaluated at the same load), which is what sees the period-to-period noise. A PS with a
+single period of history has no second period yet, and that period's fit can be off by its whole
+shared jitter (a PS whose blocks all drew one 2x hiccup looks like a straggler): its period is split
+in two, each worker's samples in the order they were taken, and the halves stand for two periods.
+A steady difference between PSs, a straggler or blocks queued behind each other, is the same in both
+halves; one iteration's hiccup is not. With noiseless samples every term is 0 and the test is the
+point test, so the simulator without timing noise makes the same decisions as before; a real
+straggler's effect (many times the noise) passes at once.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from clustertwin.policies.psld.placement import loads_of
-from clustertwin.policies.psld.profiling import PerfModel, ServerModel
+from clustertwin.policies.psld.profiling import PerfModel, Sample, ServerModel, fit_model
 
 
 def period_sem(periods: Sequence[ServerModel], s: float) -> float:
@@ -43,21 +48,33 @@ def period_sem(periods: Sequence[ServerModel], s: float) -> float:
     return float(np.std(preds, ddof=1) / np.sqrt(len(preds)))
 
 
+def halves(samples: Sequence[Sample]) -> list[list[Sample]]:
+    """One period's samples as two: each worker's samples, in the order taken, cut in the middle."""
+    per_worker: dict[int, list[Sample]] = {}
+    for x in samples:
+        per_worker.setdefault(x.worker, []).append(x)
+    first = [x for group in per_worker.values() for x in group[: len(group) // 2]]
+    second = [x for group in per_worker.values() for x in group[len(group) // 2 :]]
+    return [first, second] if first else [second]
+
+
 def makespan_bound(
     sizes: Sequence[float],
     owners: Sequence[int],
     model: PerfModel,
-    periods: Mapping[int, Sequence[ServerModel]],
+    history: Mapping[int, Sequence[Sequence[Sample]]],
     z: float,
     side: float,
 ) -> float:
     """The slowest PS's predicted time under ``owners``, each PS at Pred_mean + side x z x its
-    uncertainty (``side`` -1: lower bounds, +1: upper bounds)."""
+    uncertainty (``side`` -1: lower bounds, +1: upper bounds); ``history`` holds each PS's samples
+    per reporting period."""
     out = 0.0
     for r, s in loads_of(sizes, owners).items():
         m = model[r]
-        sem = max(m.sem(s), period_sem(periods.get(r, ()), s))
-        out = max(out, m.mean(s) + side * z * sem)
+        taken = [p for p in history.get(r, ()) if p]
+        periods = [fit_model(p)[r] for p in (halves(taken[0]) if len(taken) == 1 else taken)]
+        out = max(out, m.mean(s) + side * z * max(m.sem(s), period_sem(periods, s)))
     return out
 
 
@@ -66,11 +83,11 @@ def clear_gain(
     current: Sequence[int],
     new: Sequence[int],
     model: PerfModel,
-    periods: Mapping[int, Sequence[ServerModel]],
+    history: Mapping[int, Sequence[Sequence[Sample]]],
     z: float,
     min_gain: float,
 ) -> bool:
     """Whether ``new`` is confidently at least ``min_gain`` faster than ``current`` (module docstring)."""
-    before = makespan_bound(sizes, current, model, periods, z, -1.0)
-    after = makespan_bound(sizes, new, model, periods, z, +1.0)
+    before = makespan_bound(sizes, current, model, history, z, -1.0)
+    after = makespan_bound(sizes, new, model, history, z, +1.0)
     return after <= before * (1.0 - min_gain)
