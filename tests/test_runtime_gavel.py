@@ -120,6 +120,12 @@ def test_killed_agent_and_killed_job_lose_no_step(tmp_path: Path) -> None:
             watcher.join()
     events = result.tables["events"]
     assert "agent_lost" in set(events["kind"])
+    # Its connection closed, so the round did not wait for it until the scheduler's deadline (round_s +
+    # grace_s + 10 s): it ended with the other agent's jobs, which end by round_s + grace_s at the latest.
+    rounds = result.tables["rounds"]
+    lost_at = float(events[events["kind"] == "agent_lost"]["time_s"].iloc[0])
+    began = float(rounds[rounds["start_s"] <= lost_at]["start_s"].max())
+    assert lost_at - began < scenario.mechanism.round_s + scenario.real.grace_s + 5.0
     assert "job_failed" in set(events["kind"])
     check_steps_conserved(result.tables["jobs"], result.tables["rounds"])
     # Renewed exactly as the scheduler planned, the killed processes included (their next lease was

@@ -22,7 +22,9 @@ Keys (``r`` the round, ``a`` an agent):
 - ``catalog``: every job's command, working directory and environment (the scenario's jobs only);
 - ``ready/a``: the agent is up; ``start/a``: the first round it takes part in;
 - ``plan/r/a``: the jobs agent a runs in round r (possibly none), or ``{"stop": true}``;
-- ``done/r/a``: what became of them (exit status, elapsed time, the job's own report).
+- ``done/r/a``: what became of them (exit status, elapsed time, the job's own report);
+- ``gone/a``: written by the server when agent a's connection closes, so that a killed agent is lost at
+  once rather than at its round's deadline (an agent holds one connection from ``ready/a`` on).
 
 Polling ``has`` rather than a blocking wait keeps a missing agent a quiet, timed event.
 """
@@ -37,7 +39,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
@@ -122,8 +124,10 @@ class ControlServer:
         with self._lock:
             return sorted(k for k in self._values if k.startswith(prefix))
 
-    def wait_for(self, keys: list[str], deadline: float) -> dict[str, Any]:
-        return _wait_for(self, keys, deadline)
+    def wait_for(
+        self, keys: list[str], deadline: float, given_up: Callable[[str], bool] | None = None
+    ) -> dict[str, Any]:
+        return _wait_for(self, keys, deadline, given_up)
 
     def close(self) -> None:
         self._closed = True
@@ -170,16 +174,23 @@ class ControlServer:
             conn.close()
             return
         prefix = None if role == "agent" else str(identity["key"]) + "/"
+        agent = None  # the agent this connection speaks for, once it said it is ready
         with conn:
             while True:
                 try:
                     request = json.loads(conn.recv_bytes())
                 except (OSError, EOFError, ValueError):
-                    return
+                    break
+                key = str(request.get("key", ""))
+                if prefix is None and request.get("op") == "set" and key.startswith("ready/"):
+                    agent = key.removeprefix("ready/")
+                    self.delete(f"gone/{agent}")
                 try:
                     conn.send_bytes(json.dumps(self._answer(request, prefix)).encode())
                 except OSError:
-                    return
+                    break
+        if agent is not None and not self._closed:
+            self.put(f"gone/{agent}", True)
 
     def _answer(self, request: dict[str, Any], prefix: str | None) -> dict[str, Any]:
         op, key = request.get("op"), str(request.get("key", ""))
@@ -264,14 +275,27 @@ class ControlClient:
         self._conn.close()
 
 
-def _wait_for(store: ControlServer | ControlClient, keys: list[str], deadline: float) -> dict[str, Any]:
-    """The values of ``keys`` that appear before ``deadline`` (a ``time.monotonic`` instant)."""
+def _wait_for(
+    store: ControlServer | ControlClient,
+    keys: list[str],
+    deadline: float,
+    given_up: Callable[[str], bool] | None = None,
+) -> dict[str, Any]:
+    """The values of ``keys`` that appear before ``deadline`` (a ``time.monotonic`` instant); a key for
+    which ``given_up`` turns true is no longer waited for."""
     found: dict[str, Any] = {}
+    dropped: set[str] = set()
     while True:
         for key in keys:
-            if key not in found and store.has(key):
+            if key in found:
+                continue
+            # asked before looking: a client's last write lands before it is given up on
+            gone = given_up is not None and given_up(key)
+            if store.has(key):
                 found[key] = store.get(key)
-        if len(found) == len(keys) or time.monotonic() >= deadline:
+            elif gone:
+                dropped.add(key)
+        if len(found) + len(dropped) == len(keys) or time.monotonic() >= deadline:
             return found
         time.sleep(POLL_S)
 

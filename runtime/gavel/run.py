@@ -313,7 +313,9 @@ class RealGavel:
             )
         deadline = time.monotonic() + m.round_s + real.grace_s + 10.0
         keys = {f"done/{r}/{a.name}": a for a in self.agents}
-        done = self.control.wait_for(list(keys), deadline)
+        done = self.control.wait_for(
+            list(keys), deadline, given_up=lambda key: self.control.has(f"gone/{keys[key].name}")
+        )
         parts: dict[int, list[dict]] = {}
         for key, agent in keys.items():
             if key not in done:
