@@ -10,12 +10,13 @@ A market's price holds from its row until its next one, and its last price holds
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 from clustertwin.policies.cloud import Option
 from clustertwin.traces.azure_prices import (
+    AZURE_REGION_CODES,
     BUNDLED_AZURE_MAPPING,
     BUNDLED_AZURE_PRICES,
     load_azure_low_priority,
@@ -23,6 +24,7 @@ from clustertwin.traces.azure_prices import (
 )
 from clustertwin.traces.cloud_catalog import BUNDLED_CLOUD_ON_DEMAND, CloudInstance, load_cloud_on_demand
 from clustertwin.traces.gcp_prices import BUNDLED_GCP_PREEMPTIBLE, load_gcp_preemptible
+from clustertwin.traces.libcloud_prices import BUNDLED_LIBCLOUD_ON_DEMAND
 from clustertwin.traces.spot_prices import load_bundled_or_path
 
 from clustertwin.errors import InputError
@@ -86,8 +88,10 @@ class PriceBoard:
 
 def default_board(aws_trace: str = AWS_TRACE) -> PriceBoard:
     """AWS (``aws_trace``: a bundled name or a price file), Azure and GCP spot prices plus every cloud's
-    on-demand prices, from the bundled data unless a trace path is given."""
-    on_demand = load_cloud_on_demand(BUNDLED_CLOUD_ON_DEMAND)
+    on-demand prices, from the bundled data unless a trace path is given. The on-demand table has Azure's
+    US East only; the other Azure regions of the low-priority logs take their pay-as-you-go prices from
+    libcloud's catalogue (``traces.libcloud_prices``)."""
+    on_demand = load_cloud_on_demand(BUNDLED_CLOUD_ON_DEMAND) + azure_on_demand_elsewhere()
     series = [*aws_spot(load_bundled_or_path(aws_trace), on_demand), *azure_spot(), *gcp_preemptible()]
     # On-demand prices are fixed: on offer from the earliest spot row on.
     origin = min(int(s.times[0]) for s in series)
@@ -112,6 +116,18 @@ def default_board(aws_trace: str = AWS_TRACE) -> PriceBoard:
         for n in (1, 2, 4, 8)
     ]
     return PriceBoard(series)
+
+
+def azure_on_demand_elsewhere(path: object = BUNDLED_LIBCLOUD_ON_DEMAND) -> list[CloudInstance]:
+    """Azure pay-as-you-go prices of the low-priority logs' regions that the on-demand table lacks, under
+    the logs' region names."""
+    have = {i.region for i in load_cloud_on_demand(BUNDLED_CLOUD_ON_DEMAND) if i.cloud == "azure"}
+    names = {code: name for name, code in AZURE_REGION_CODES.items() if name not in have}
+    return [
+        replace(i, region=names[i.region])
+        for i in load_cloud_on_demand(path)  # type: ignore[arg-type]
+        if i.cloud == "azure" and i.region in names
+    ]
 
 
 def aws_spot(table: pd.DataFrame, on_demand: list[CloudInstance]) -> list[_Series]:

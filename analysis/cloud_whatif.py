@@ -4,7 +4,8 @@ the moment to move would have saved, on the prices of February-March 2020 the ch
 * Table 6.1: throughput and dollar-normalised throughput of P100 and V100 over K80 (GCP on-demand prices).
 * Table 6.2: the egress cost of moving a dataset or a checkpoint out of AWS, as a share of 160 V100-hours
   on AWS spot.
-* Table 6.3: the best-case on-demand to spot price ratio of one GPU on each cloud.
+* Table 6.3: the best-case on-demand to spot price ratio of one GPU on each cloud (and in the other Azure
+  regions of the chapter's logs, and in libcloud's later Azure catalogue).
 * Fig. 6.4: per-GPU prices of 1-, 4/8- and 8/16-GPU instances and their stability.
 * Fig. 6.5: the stacked strategies (spot, GPU type, multi-GPU, multi-cloud, dynamic) for single-GPU jobs of
   4 V100-days, each against the cheapest on-demand 1xV100.
@@ -20,13 +21,16 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from clustertwin.analysis.cloud_market import PriceBoard
 from clustertwin.policies.cloud import Allowed, Option, pick, repick
-from clustertwin.traces.cloud_catalog import CloudInstance, EgressTier, egress_usd
+from clustertwin.traces.azure_prices import AZURE_REGION_CODES
+from clustertwin.traces.cloud_catalog import CloudInstance, EgressTier, egress_usd, load_cloud_on_demand
 from clustertwin.traces.gavel_throughputs import ThroughputTable
+from clustertwin.traces.libcloud_prices import BUNDLED_LIBCLOUD_LOW_PRIORITY, BUNDLED_LIBCLOUD_ON_DEMAND
 
 GPU_TYPES = ("K80", "P100", "V100")
 HOUR_NS = 3_600_000_000_000
@@ -159,6 +163,21 @@ def table_6_3(board: PriceBoard, cells: Mapping[str, tuple[str, str, str]]) -> d
             raise ValueError(f"no 1-GPU {gpu} prices for {cloud} {region}")
         out[name] = min(od) / min(spot)
     return out
+
+
+def azure_ratios_2025(
+    on_demand: str | Path = BUNDLED_LIBCLOUD_ON_DEMAND,
+    low_priority: str | Path = BUNDLED_LIBCLOUD_LOW_PRIORITY,
+) -> dict[str, float]:
+    """Table 6.3's Azure ratio in libcloud's catalogue (a later, fixed snapshot): pay-as-you-go over
+    low-priority price of the one-GPU size of each GPU type in US East, ``azure-2025-<gpu>``."""
+    region = AZURE_REGION_CODES["us-east"]
+
+    def one_gpu(path: str | Path) -> dict[str, float]:
+        return {i.gpu_type: i.price for i in load_cloud_on_demand(path) if i.region == region and i.gpus == 1}
+
+    od, low = one_gpu(on_demand), one_gpu(low_priority)
+    return {f"azure-2025-{g.lower()}": od[g] / low[g] for g in GPU_TYPES if g in od and g in low}
 
 
 def per_gpu_prices(

@@ -130,8 +130,13 @@ def figures(
         )
         for g in gpus
     }
+    # Beyond the table: the other regions of the chapter's Azure logs (on demand: libcloud's catalogue).
+    for region, gpus in (("us-north-central", ("K80",)), ("us-south-central", ("K80", "P100", "V100"))):
+        cells.update({f"azure-{region}-{g.lower()}": ("azure", region, g) for g in gpus})
     t63 = w.table_6_3(board, cells)
     m.update({f"t63.{k}": float(v) for k, v in t63.items()})
+    # The same ratio in libcloud's own later catalogue (pay-as-you-go / low-priority, US East).
+    m.update({f"t63.{k}": v for k, v in w.azure_ratios_2025().items()})
     progress(0.2, "Tables 6.2, 6.3")
 
     aws_start, aws_end = board.first_and_last("aws")

@@ -30,6 +30,12 @@ CLOUD_DIR = Path(__file__).resolve().parent / "data" / "cloud"
 AZURE_REGIONS = ("us-east", "us-north-central", "us-south-central")
 BUNDLED_AZURE_PRICES = {r: CLOUD_DIR / f"azure_low_priority_{r.replace('-', '_')}.csv" for r in AZURE_REGIONS}
 BUNDLED_AZURE_MAPPING = CLOUD_DIR / "azure_instance_mapping.csv"
+# The logs' region names and Azure's own codes (which other price tables use).
+AZURE_REGION_CODES = {
+    "us-east": "eastus",
+    "us-north-central": "northcentralus",
+    "us-south-central": "southcentralus",
+}
 _MAPPING_HEADER = ("Instance", "GPU type", "# GPUs")
 
 

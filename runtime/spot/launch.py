@@ -298,8 +298,7 @@ class Launcher:
         """Effective failure (§1.6): a new generation from the last consistent BackupPS state."""
         ep = self.ctrl.epoch() if row.get("evicted_in_ctrl") else self.ctrl.evict(doomed)
         g = self.g
-        clocks = [int(v) for v in self.st.multi_get([f"bclock/{g}/{p}" for p in range(self.n)])]
-        target = min(clocks)
+        target = min(self._backup_clock(g, p) for p in range(self.n))
         front = self._prog(min)
         self._publish(ep)
         self.st.set(f"genstart/{g + 1}", pickle.dumps((target, ep.eid)))
@@ -310,6 +309,14 @@ class Launcher:
         row["rollback_to"] = target
         row["front_clock"] = front
         row["epoch_s"] = self.now()
+
+    def _backup_clock(self, g: int, p: int) -> int:
+        """The clock partition p's BackupPS state is consistent at in generation g. A BackupPS that has not
+        yet taken up g (a second failure right after a roll-back, on a loaded host) still holds g's start."""
+        key = f"bclock/{g}/{p}"
+        if g > 0 and not self.st.check([key]):
+            return int(pickle.loads(self.st.get(f"genstart/{g}"))[0])
+        return int(self.st.get(key))
 
     def _checkpointing(self, target: int | None, next_at: float) -> tuple[int | None, float]:
         st = self.st

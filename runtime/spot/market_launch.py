@@ -267,8 +267,10 @@ class MarketLauncher(Launcher):
                     self.fleet.end(self.end_s, self.end_reason)
                     break
                 time.sleep(max(0.0, self.poll_s - (self.now() - t)))
-            # Machines still joining or leaving take no part in the final clock.
-            self._kill(list(self.joiners) + [n for p in self.leaves for n in p.event.processes])
+            # Machines still joining take no part in the final clock. One warned but still in the job
+            # finishes its clock and stops with the others: killed mid-clock, it would leave its peers
+            # waiting for its update, and the stop clock would never come.
+            self._kill(list(self.joiners) + [n for p in self.leaves for n in p.unjoined])
             self.arrivals = []
             if self.started:
                 self._stop()

@@ -91,8 +91,11 @@ class Reassigning:
                     part = buffers.pop((a.owner, a.iteration, a.start), None)
                     if part is not None:
                         acc = acc + part.cpu().numpy()
+                    # [start, end) of the clock's global batch: every item is committed once, by someone
+                    owner = ep.workers[a.owner]
+                    proc.log(ev="commit", c=c, g=g, owner=owner, start=a.start, end=a.end, kind=a.kind)
                     if a.owner != i:  # a range reassigned to this worker
-                        proc.log(ev="helped", c=c, g=g, owner=ep.workers[a.owner], items=a.end - a.start)
+                        proc.log(ev="helped", c=c, g=g, owner=owner, items=a.end - a.start)
                 elif isinstance(a, IterationDone):
                     if a.worker == i:
                         done = True
