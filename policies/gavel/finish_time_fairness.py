@@ -106,6 +106,7 @@ def ftf_allocation(inp: AllocationInput, aware: bool = True, space_sharing: bool
         model.set_costs(-lp.efficiency_costs(layout, _expand(tau_iso, jobs, inp.n)))
         x = model.solve(warm="primal")
         x_hi = x_hi if x is None else x
+    model.release()
     allocation = lp.to_allocation(inp, layout, x_hi)
     return allocation if aware else symmetric_allocation(inp, allocation, t)
 

@@ -20,7 +20,9 @@ tuples are interchangeable. The feasible set is invariant under permuting such j
 objectives (a min of linear terms, then a sum) are concave and permutation-invariant, so averaging any
 optimum over the permutations of a class gives an optimum in which all its jobs share one allocation.
 The LP therefore needs one row per class with count-weighted GPU use in (5.3); expanding the class
-row to its members is exact. The simulator's 50–400 job rounds collapse to a few dozen classes.
+row to its members is exact. The simulator's 50–400 job rounds collapse to a few dozen classes, and
+the class LP is built straight from arrays (`lp.solve_rows_max_min`): the same LP entry for entry, so
+HiGHS takes the same path and returns the same bits, without the sparse maps' set-up.
 """
 
 from __future__ import annotations
@@ -50,18 +52,32 @@ def las_allocation(
         allocation = lp.to_allocation(inp, layout, x)
         return allocation if aware else symmetric_allocation(inp, allocation, t)
 
-    keys = np.column_stack([t, sf, weights])
-    classes, first, member_class, counts = np.unique(
-        keys, axis=0, return_index=True, return_inverse=True, return_counts=True
+    classes, first, member_class, counts = job_classes(np.column_stack([t, sf, weights]))
+    row, col, x = lp.solve_rows_max_min(
+        classes[:, : inp.k], classes[:, inp.k], inp.num_workers, counts, coeff[first], reference[first]
     )
-    layout = lp.build_layout(classes[:, : inp.k], classes[:, inp.k], inp.num_workers, counts)
-    x, _ = lp.solve_max_min(layout, coeff[first], reference[first], counts=counts)
     per_class = np.zeros((len(classes), inp.k))
-    per_class[layout.row, layout.col] = np.clip(x, 0.0, 1.0)
+    per_class[row, col] = np.clip(x, 0.0, 1.0)
     if not aware:
         eligible = eligible_types(classes[:, : inp.k], classes[:, inp.k], inp.num_workers)
         per_class = symmetric_split(per_class, eligible, classes[:, inp.k], inp.num_workers, counts)
-    return Allocation(inp.job_ids, inp.worker_types, per_class[member_class.ravel()])
+    return Allocation(inp.job_ids, inp.worker_types, per_class[member_class])
+
+
+def job_classes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct rows of ``keys`` in lexicographic order, the first row holding each, each row's
+    class and the class sizes: ``np.unique(keys, axis=0, return_index, return_inverse, return_counts)``
+    (the LP's rows, and so the solver's path, follow this order), a few times faster on small arrays."""
+    n = keys.shape[0]
+    order = np.lexsort(keys.T[::-1])  # stable, so each class's first member comes first
+    ordered = keys[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    member_class = np.empty(n, dtype=np.int64)
+    member_class[order] = np.cumsum(starts) - 1
+    heads = np.flatnonzero(starts)
+    counts = np.diff(np.append(heads, n))
+    return ordered[heads], order[heads], member_class, counts
 
 
 @register("las")

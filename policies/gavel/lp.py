@@ -13,6 +13,8 @@ rebuild costs more than the solve.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import highspy
@@ -29,6 +31,9 @@ OPTIMUM_SLACK = 1e-6
 IPM_MIN_COLUMNS = 1_500
 # HiGHS simplex_strategy values.
 _DUAL, _PRIMAL = 1, 4
+# highspy's MatrixFormat.kColwise and ObjSense values, for passModel's array form.
+_COLWISE = int(highspy.MatrixFormat.kColwise)
+_MAXIMIZE, _MINIMIZE = int(highspy.ObjSense.kMaximize), int(highspy.ObjSense.kMinimize)
 
 
 @dataclass(frozen=True)
@@ -133,12 +138,36 @@ def layout_for(inp: AllocationInput, throughputs: np.ndarray, pair_throughputs: 
     return build_layout(throughputs, inp.scale_factors, inp.num_workers, None, members, pair_throughputs)
 
 
+class _Spare(threading.local):
+    def __init__(self) -> None:
+        self.solvers: list[highspy.Highs] = []
+
+
+_SPARE = _Spare()
+
+
+def _spare_solver() -> highspy.Highs:
+    """A released solver of this thread, else a new one (quiet, no presolve: the layout already drops
+    the columns presolve would remove, and skipping it saves ~15%)."""
+    if _SPARE.solvers:
+        return _SPARE.solvers.pop()
+    highs = highspy.Highs()
+    highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("presolve", "off")
+    return highs
+
+
 class HighsModel:
-    """One HiGHS LP kept alive so later solves can change bounds or costs and warm-start."""
+    """One HiGHS LP kept alive so later solves can change bounds or costs and warm-start.
+
+    :meth:`release` hands the solver back for the next model in this thread: building one costs more
+    than a small solve. A passed model replaces the previous one with its basis, and every solve sets
+    the options it reads, so a reused solver solves exactly as a new one would.
+    """
 
     def __init__(
         self,
-        matrix: sp.spmatrix,
+        matrix: sp.spmatrix | CscArrays,
         row_lower: np.ndarray,
         row_upper: np.ndarray,
         cost: np.ndarray,
@@ -147,24 +176,32 @@ class HighsModel:
         maximize: bool,
     ) -> None:
         a = matrix if isinstance(matrix, CscArrays) else sp.csc_matrix(matrix)
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = a.shape[1], a.shape[0]
-        lp.col_cost_ = np.asarray(cost, dtype=float)
-        lp.col_lower_ = np.asarray(col_lower, dtype=float)
-        lp.col_upper_ = np.asarray(col_upper, dtype=float)
-        lp.row_lower_ = np.asarray(row_lower, dtype=float)
-        lp.row_upper_ = np.asarray(row_upper, dtype=float)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = a.indptr.astype(np.int32)
-        lp.a_matrix_.index_ = a.indices.astype(np.int32)
-        lp.a_matrix_.value_ = a.data.astype(float)
-        lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
-        self._highs = highspy.Highs()
-        self._highs.setOptionValue("output_flag", False)
-        # The layout already drops the columns presolve would remove; skipping it saves ~15%.
-        self._highs.setOptionValue("presolve", "off")
-        self._highs.passModel(lp)
-        self.num_col = a.shape[1]
+        num_row, num_col = a.shape
+        self._highs = _spare_solver()
+        self._highs.passModel(
+            num_col,
+            num_row,
+            len(a.data),
+            _COLWISE,
+            _MAXIMIZE if maximize else _MINIMIZE,
+            0.0,
+            np.asarray(cost, dtype=float),
+            np.asarray(col_lower, dtype=float),
+            np.asarray(col_upper, dtype=float),
+            np.asarray(row_lower, dtype=float),
+            np.asarray(row_upper, dtype=float),
+            np.asarray(a.indptr, dtype=np.int32),
+            np.asarray(a.indices, dtype=np.int32),
+            np.asarray(a.data, dtype=float),
+            # Every column continuous (HiGHS reads this array only when it is given).
+            np.zeros(num_col, dtype=np.int32),
+        )
+        self.num_col = num_col
+
+    def release(self) -> None:
+        """Give the solver back for reuse; the model cannot be solved again."""
+        _SPARE.solvers.append(self._highs)
+        self._highs = None
 
     def solve(self, warm: str | None = None) -> np.ndarray | None:
         """Column values at an optimum, or None when the LP is infeasible (or the solve failed).
@@ -287,11 +324,15 @@ def solve_max_min(
     idx = np.flatnonzero(layout.runnable() & (coeff > 0))
     if idx.size == 0:
         return np.zeros(layout.nv), 0.0
+
+    def efficiency() -> np.ndarray:
+        return efficiency_costs(layout, reference if counts is None else reference / counts)
+
     # The constraint matrix [base, 0; coeff·throughput[idx], −1; extra, t_coeff] is assembled from
     # triplets in one conversion: block-stacking through scipy cost more than the solve on small LPs.
     if extra is None:
         matrix, lower, upper = _epigraph_model(layout, coeff, idx)
-        return _solve_epigraph(layout, matrix, lower, upper, reference, counts)
+        return _solve_epigraph(layout.nv, matrix, lower, upper, efficiency)
     base, lower, upper = base_rows(layout)
     epigraph = layout.throughput[idx]
     scaled = epigraph.data * np.repeat(coeff[idx], np.diff(epigraph.indptr))
@@ -319,7 +360,7 @@ def solve_max_min(
         ),
         shape=(rows_so_far, nv + 1),
     )
-    return _solve_epigraph(layout, matrix, np.concatenate(lowers), np.concatenate(uppers), reference, counts)
+    return _solve_epigraph(nv, matrix, np.concatenate(lowers), np.concatenate(uppers), efficiency)
 
 
 def _epigraph_model(
@@ -353,16 +394,68 @@ def _epigraph_model(
     return matrix, lower, upper
 
 
+def solve_rows_max_min(
+    throughputs: np.ndarray,
+    scale_factors: np.ndarray,
+    num_workers: np.ndarray,
+    counts: np.ndarray,
+    coeff: np.ndarray,
+    reference: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`solve_max_min` on ``build_layout(throughputs, scale_factors, num_workers, counts)`` (single
+    rows, no pairs), built straight from the arrays: the same LP entry for entry and the same solves,
+    without the layout's sparse maps, whose set-up cost more than the solve on LAS's few dozen class
+    rows. Returns the columns' X rows and types and their values (``Layout.row``, ``.col``, x).
+    """
+    n, k = throughputs.shape
+    sf = np.asarray(scale_factors, dtype=float)
+    workers = np.asarray(num_workers, dtype=float)
+    counts = np.asarray(counts, dtype=float)
+    row, col = np.nonzero((throughputs > 0) & (sf[:, None] <= workers[None, :]))
+    nv = row.shape[0]
+    idx = np.flatnonzero((np.bincount(row, minlength=n) > 0) & (coeff > 0))
+    if idx.size == 0:
+        return row, col, np.zeros(nv)
+    # Column v = X[row[v], col[v]] holds, in row order, (5.2) of its row, (5.3) of its type and, when
+    # its row is in the min, that row's epigraph row; column nv is t, −1 in every epigraph row.
+    epigraph = np.full(n, -1)
+    epigraph[idx] = n + k + np.arange(idx.size)
+    in_min = epigraph[row] >= 0
+    indptr = np.zeros(nv + 2, dtype=np.int64)
+    np.cumsum(2 + in_min, out=indptr[1 : nv + 1])
+    indptr[nv + 1] = indptr[nv] + idx.size
+    start = indptr[:nv]
+    indices = np.empty(indptr[-1], dtype=np.int64)
+    data = np.empty(indptr[-1])
+    thr = throughputs[row, col]
+    indices[start], data[start] = row, 1.0
+    indices[start + 1], data[start + 1] = n + col, sf[row] * counts[row]
+    third = start[in_min] + 2
+    indices[third], data[third] = epigraph[row[in_min]], thr[in_min] * coeff[row[in_min]]
+    indices[indptr[nv] :], data[indptr[nv] :] = n + k + np.arange(idx.size), -1.0
+    matrix = CscArrays(indptr, indices, data, (n + k + idx.size, nv + 1))
+    lower = np.concatenate([np.full(n + k, -np.inf), np.zeros(idx.size)])
+    upper = np.concatenate([np.ones(n), workers, np.full(idx.size, np.inf)])
+
+    def efficiency() -> np.ndarray:
+        # efficiency_costs: a single column's one throughput entry over its row's reference per job.
+        per_job = reference / counts
+        inv = np.divide(1.0, per_job, out=np.zeros(n), where=per_job > 0)
+        return thr * inv[row]
+
+    x, _ = _solve_epigraph(nv, matrix, lower, upper, efficiency)
+    return row, col, x
+
+
 def _solve_epigraph(
-    layout: Layout,
+    nv: int,
     matrix: sp.spmatrix | CscArrays,
     lower: np.ndarray,
     upper: np.ndarray,
-    reference: np.ndarray,
-    counts: np.ndarray | None,
+    efficiency: Callable[[], np.ndarray],
 ) -> tuple[np.ndarray, float]:
-    """Phase 1 (max t) and the warm-started efficiency phase of :func:`solve_max_min`."""
-    nv = layout.nv
+    """Phase 1 (max t) and the warm-started efficiency phase of :func:`solve_max_min`; ``efficiency``
+    gives phase 2's costs on the ``nv`` X columns."""
     model = HighsModel(
         matrix,
         lower,
@@ -376,10 +469,10 @@ def _solve_epigraph(
     if first is None:
         raise RuntimeError("max-min allocation LP failed; the base polytope always contains X = 0")
     t_star = float(first[nv])
-    ref = reference if counts is None else reference / counts
     model.set_col_bounds(np.array([nv]), np.array([(1.0 - OPTIMUM_SLACK) * t_star]), np.array([np.inf]))
-    model.set_costs(np.concatenate([efficiency_costs(layout, ref), [0.0]]))
+    model.set_costs(np.concatenate([efficiency(), [0.0]]))
     second = model.solve(warm="primal")
+    model.release()
     x = first[:nv] if second is None else second[:nv]
     return x, t_star
 

@@ -100,6 +100,7 @@ def _closest_to_symmetric(
     cost[nv] = 1.0
     model = HighsModel(matrix, lower, upper, cost, np.zeros(nv + 1), np.ones(nv + 1), True)
     solution = model.solve()
+    model.release()
     if solution is None:  # only within solver tolerance of the given optimum: keep it
         return np.where(eligible, fractions, 0.0)
     x = np.zeros((n, k))
