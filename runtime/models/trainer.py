@@ -72,5 +72,6 @@ class Trainer:
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The mean softmax cross-entropy, as a sum of log-probabilities times one-hot targets: only
     element-wise ops and reductions, deterministic on every device (the module docstring says why)."""
-    target = torch.nn.functional.one_hot(labels, logits.shape[1]).to(logits.dtype)
+    # one-hot by comparison (one_hot scatters, which deterministic CUDA may refuse too)
+    target = (labels[:, None] == torch.arange(logits.shape[1], device=labels.device)).to(logits.dtype)
     return -(torch.log_softmax(logits, dim=1) * target).sum(dim=1).mean()
