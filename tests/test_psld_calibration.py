@@ -164,3 +164,15 @@ def test_profile_then_calibrated_simulation_then_compare(tmp_path: Path, capsys)
     assert "iterations_per_s_error=" in out and "reassignments_error=" in out
     figures = json.loads(next(real.glob("compare-vs-*/compare.json")).read_text())
     assert figures["iterations_per_s_sim"] > 0 and figures["iterations_per_s_real"] > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [(["--host"], "--host"), (["--steps", "3"], "--steps 3"), (["--repeats", "2"], "--repeats")],
+)
+def test_profile_options_a_psld_run_cannot_honour_are_refused(
+    argv: list[str], named: str, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "cal.yaml"
+    assert main(["profile", str(SCENARIO), "--set", "real.model=mlr", *argv, "--out", str(out)]) == 2
+    assert named in capsys.readouterr().err and not out.exists()

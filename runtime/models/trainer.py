@@ -28,7 +28,7 @@ class Trainer:
     """One worker's copy of the network and the run's data set."""
 
     def __init__(self, model: str, data: str | None, seed: int, batch: int, workers: int) -> None:
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(devices=[]):  # built on the CPU: no CUDA generator to fork
             torch.manual_seed(seed)
             net, dataset = build(model, data)
         self.net = net.float().train()
