@@ -2,12 +2,16 @@
 §5.2; docs/algorithms/psld.md, "GPU experiments").
 
     python -m experiments.psld_gpu run --out DIR [--quick] [--device cuda|cpu] [--tiny] [--seeds K]
+        [--model NAME|none]
     python -m experiments.psld_gpu report --from DIR
     python -m experiments.psld_gpu resim --from DIR [--seeds K]
 
 ``run`` (on the GPU machine; ``--device cpu --tiny`` is a small smoke test for a CPU host) runs
-``scenarios/psld-real-gpu.yaml`` (ResNet-18's tensors, 4 GPU workers, 3 PSs, vanilla PS, PS 2's NIC
-capped at 1 Gbit/s) for real three times in one launch of the processes:
+``scenarios/psld-real-gpu.yaml`` (4 GPU workers, 3 PSs, vanilla PS, PS 2's NIC capped at 1 Gbit/s) for
+real three times in one launch of the processes. The workers train a real network (``real.model``:
+``--model``, by default ``resnet18``, ResNet-18 for 32x32 images; ``resnet_small`` with ``--tiny``;
+``none``: the linear-gradient stand-in on the catalog ResNet-18's tensors), and every simulation below
+prices that network's tensors (``clustertwin.kinds.psld.simulate_psld``):
 
 1. **profiling**: PSLD's initial round-robin layout without the straggler, its scheduler told never to
    act (``psld.straggler_threshold`` 1e9, no recheck): what ``runtime.psld.calibrate`` measures;
