@@ -4,13 +4,16 @@
 repository root:
 
     python -m experiments.flexrr_gpu run --out DIR [--gpus N] [--quick] [--device cuda|cpu]
+        [--model mlr|mlp|cnn|module:function --data synthetic|synthetic_images --hidden H]
     python -m experiments.flexrr_gpu report --from DIR
 
 ``run`` (on the GPU machine; ``--device cpu`` runs the same steps on CPU processes):
 
-1. **Size** (GPU): the MLR problem (``runtime/flexrr/model.py``: 1024 features x 128 classes, float32,
-   a 64k-example pool like the paper's MLR data set) gets the mini-batch per item at which one worker's
-   iteration computes for about ``--target-iteration-s`` on GPU 0 (timed here, two steps of scaling).
+1. **Size** (GPU): the training problem (``runtime/flexrr/model.py``; by default MLR, 1024 features x
+   128 classes, float32, a 64k-example pool like the paper's MLR data set; ``--model cnn --data
+   synthetic_images`` trains the CNN on 32x32 images instead, through the same sharded PS) gets the
+   mini-batch per item at which one worker's iteration computes for about ``--target-iteration-s`` on
+   GPU 0 (timed here, two steps of scaling).
 2. **Profile**: a short straggler-free BSP run on the real workers (4 by default: 2 machines x 2
    workers, worker w on ``cuda:<w mod gpus>``), preceded by mailbox round trips between worker pairs.
 3. **Calibrate** the simulator from what the profile measured (``calibrate``; each parameter with its
@@ -78,6 +81,11 @@ class Setup:
     target_iteration_s: float = 0.4
     features: int = 1024
     classes: int = 128
+    # the trained network and its data set (runtime/flexrr/models.py): mlr (the paper's MLR), mlp, cnn
+    # (with synthetic_images: features must then be a square of a multiple of 4) or module:function
+    model: str = "mlr"
+    data: str = "synthetic"
+    hidden: int = 32
     dtype: str = "float32"
     pool: int | None = 65536
     batch: int | None = None  # None: sized to target_iteration_s
@@ -126,6 +134,9 @@ def base_overrides(setup: Setup, batch: int) -> list[str]:
         f"real.dtype={setup.dtype}",
         f"real.features={setup.features}",
         f"real.classes={setup.classes}",
+        f"real.model={setup.model}",
+        f"real.data={setup.data}",
+        f"real.hidden={setup.hidden}",
         f"real.pool={pool}",
         f"real.batch={batch}",
         "real.pacing=compute",
@@ -186,6 +197,9 @@ def size_batch(setup: Setup) -> tuple[int, dict[str, float]]:
             batch=batch,
             pool=setup.pool,
             dtype=setup.dtype,
+            model=setup.model,
+            data=setup.data,
+            hidden=setup.hidden,
         )
         trainer = trainer_for(problem)
         w = trainer.w0
@@ -434,7 +448,9 @@ def markdown(results: dict) -> str:
         f" ({s['machines']} machines x {s['workers_per_machine']}) on {s['device']}"
         f" (gpus={s['gpus'] or 'all'}), worker(s) {s['slow_workers']} slowed {1 + s['delay']:g}x"
         f" (Slow Worker sleeps, p={s['probability']:g} per delay point), {s['iterations']} iterations,"
-        f" {s['items']} items/worker (batch {results['batch']} examples/item), {s['checks']} message checks.",
+        f" {s['items']} items/worker (batch {results['batch']} examples/item), {s['checks']} message checks;"
+        f" model {s.get('model', 'mlr')} on {s.get('data', 'synthetic')} data ({s['features']} features,"
+        f" {s['classes']} classes).",
         "",
         f"Calibrated from a {s['profile_iterations']}-iteration straggler-free BSP profile:"
         f" iteration_s per worker = {', '.join(f'{t:.4f}' for t in cal['iteration_s_per_worker'])} s;"
@@ -491,6 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--features", type=int)
     run.add_argument("--classes", type=int)
     run.add_argument("--probe-round-trips", type=int)
+    run.add_argument("--model", help="mlr (default), mlp, cnn or module:function (runtime/flexrr/models.py)")
+    run.add_argument("--data", help="synthetic (default), synthetic_images (for cnn) or module:function")
+    run.add_argument("--hidden", type=int, help="the model's width (mlp, cnn; default 32)")
     run.add_argument("--seed", type=int)
     report = sub.add_parser("report", help="print the table of a finished run")
     report.add_argument("--from", dest="source", type=Path, required=True)
@@ -506,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         k: getattr(args, k)
         for k in ("gpus", "machines", "workers_per_machine", "iterations", "profile_iterations", "items",
                   "checks", "delay", "probability", "target_iteration_s", "batch", "features", "classes",
-                  "probe_round_trips", "seed")
+                  "probe_round_trips", "seed", "model", "data", "hidden")
     }  # fmt: skip
     setup = Setup.for_device(args.device, args.quick, **options)
     results = run_experiment(setup, args.out)

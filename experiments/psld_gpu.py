@@ -2,12 +2,16 @@
 §5.2; docs/algorithms/psld.md, "GPU experiments").
 
     python -m experiments.psld_gpu run --out DIR [--quick] [--device cuda|cpu] [--tiny] [--seeds K]
+        [--model NAME|none]
     python -m experiments.psld_gpu report --from DIR
     python -m experiments.psld_gpu resim --from DIR [--seeds K]
 
 ``run`` (on the GPU machine; ``--device cpu --tiny`` is a small smoke test for a CPU host) runs
-``scenarios/psld-real-gpu.yaml`` (ResNet-18's tensors, 4 GPU workers, 3 PSs, vanilla PS, PS 2's NIC
-capped at 1 Gbit/s) for real three times in one launch of the processes:
+``scenarios/psld-real-gpu.yaml`` (4 GPU workers, 3 PSs, vanilla PS, PS 2's NIC capped at 1 Gbit/s) for
+real three times in one launch of the processes. The workers train a real network (``real.model``:
+``--model``, by default ``resnet18``, ResNet-18 for 32x32 images; ``resnet_small`` with ``--tiny``;
+``none``: the linear-gradient stand-in on the catalog ResNet-18's tensors), and every simulation below
+prices that network's tensors (``clustertwin.kinds.psld.simulate_psld``):
 
 1. **profiling**: PSLD's initial round-robin layout without the straggler, its scheduler told never to
    act (``psld.straggler_threshold`` 1e9, no recheck): what ``runtime.psld.calibrate`` measures;
@@ -64,6 +68,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # python experiments/psld_gpu.py from anywhere
     sys.path.insert(0, str(ROOT))
 
+from clustertwin.runtime.psld import calibrate as calibrate_runs  # noqa: E402
+
 SCENARIO = ROOT / "scenarios" / "psld-real-gpu.yaml"
 POLICIES = ("mxnet", "psld")
 # (profiling duration_s, run duration_s, warmup_s, extra overrides) per size
@@ -84,10 +90,14 @@ SIZES: dict[str, tuple[float, float, float, list[str]]] = {
         ],
     ),
 }
-# A PSLD scheduler that never acts (no variation is that large, no recheck).
-FROZEN = ["psld.straggler_threshold=1000000000.0", "psld.recheck=false"]
-# The profiling run: the PSLD layout without the straggler, the scheduler never acting.
-PROFILE = ["policy=psld", "stragglers=[]", *FROZEN]
+# The scheduler that never acts and the profiling run (the PSLD layout without the straggler):
+# runtime.psld.calibrate's, which clustertwin profile runs too.
+FROZEN = list(calibrate_runs.FROZEN)
+PROFILE = list(calibrate_runs.PROFILE)
+# The real network the workers train (runtime.models; "none": the scenario's linear-gradient stand-in on
+# the catalog model's tensors). resnet18 is ResNet-18 for 32x32 images: 62 tensors, 44.7 MB, the shape
+# of the scenario's catalog ResNet-18 (46.8 MB); --tiny trains the small ResNet on CPU.
+MODEL, TINY_MODEL = "resnet18", "resnet_small"
 RUNS = ("profiling", *POLICIES)  # the real runs of one launch, in order
 SEEDS = 8  # simulations per policy for the seeded range (``seed_spread``)
 
@@ -151,7 +161,8 @@ def real_vs_sim(
     from clustertwin.runtime.psld.calibrate import calibrate
     from clustertwin.runtime.psld.run import run_real_many
     from clustertwin.scenarios.load import load_scenario
-    from clustertwin.sim.psld import run as simulate
+
+    from clustertwin.kinds.psld import simulate_psld as simulate
 
     timing = [f"duration_s={run_s}", f"warmup_s={warmup_s}"]
     overrides = {run: run_overrides(run, base, profile_s, run_s, warmup_s) for run in RUNS}
@@ -231,6 +242,7 @@ def real_vs_sim(
         "warmup_s": warmup_s,
         "device": psld_real.info["device"],
         "gradient": psld_real.info["gradient"],
+        "real_model": psld_real.info.get("real_model"),
         "mode": psld_real.info["mode"],
         "workers": psld_real.info["workers"],
         "servers": psld_real.info["servers"],
@@ -294,7 +306,8 @@ def seed_spread(scenario: Path, overrides: list[str], seeds: int) -> dict[str, A
     and max of the rates."""
     import numpy as np
     from clustertwin.scenarios.load import load_scenario
-    from clustertwin.sim.psld import run as simulate
+
+    from clustertwin.kinds.psld import simulate_psld as simulate
 
     rates, moves = [], []
     for k in range(seeds):
@@ -314,7 +327,8 @@ def pinned_sim(scenario: Path, overrides: list[str], calibration: list[str], own
     """The calibrated simulation of one run with ``owners`` pinned as its map for the whole run: the
     scheduler never acts (``FROZEN``), so no reassignment (``sim.psld.run``'s ``initial_owners``)."""
     from clustertwin.scenarios.load import load_scenario
-    from clustertwin.sim.psld import run as simulate
+
+    from clustertwin.kinds.psld import simulate_psld as simulate
 
     return simulate(load_scenario(scenario, [*overrides, *FROZEN, *calibration]), initial_owners=owners)
 
@@ -331,7 +345,8 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
     import pandas as pd
     from clustertwin.runtime.psld.calibrate import timing_noise
     from clustertwin.scenarios.load import load_scenario
-    from clustertwin.sim.psld import run as simulate
+
+    from clustertwin.kinds.psld import simulate_psld as simulate
 
     results = json.loads((folder / "results.json").read_text())
     calibration = json.loads((folder / "calibration.json").read_text())["overrides"]
@@ -425,7 +440,8 @@ def report(results: dict[str, Any]) -> str:
     lines = [
         f"{results['device']} workers ({', '.join(results['gpus']) or 'CPU'}), {results['workers']} workers,"
         f" {results['servers']} PSs, {results['mode']} PS, {results['blocks']} blocks"
-        f" ({results['model_bytes'] / 1e6:.1f} MB), gradient: {results['gradient']}",
+        f" ({results['model_bytes'] / 1e6:.1f} MB), gradient: {results['gradient']}"
+        + (f" ({results['real_model']})" if results.get("real_model") else ""),
         "",
         "| policy | real it/s | sim (calibrated) it/s | sim / real − 1 | sim with the real final map it/s"
         " | its / real − 1 | real reassignments |",
@@ -538,6 +554,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--tiny", action="store_true", help="2 workers, 2 PSs, a few seconds per run")
     run.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     run.add_argument("--seeds", type=int, default=SEEDS, help="PSLD simulations for the seeded range")
+    run.add_argument(
+        "--model",
+        default=None,
+        help=f"the real network the workers train (a runtime.models name or module:function; default:"
+        f" {MODEL}, with --tiny {TINY_MODEL}); none: the linear-gradient stand-in",
+    )
     rep = commands.add_parser("report", help="print the markdown table of a run's results")
     rep.add_argument("--from", dest="source", type=Path, required=True)
     again = commands.add_parser(
@@ -556,7 +578,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     profile_s, run_s, warmup_s, extra = SIZES[size]
-    base = [*extra, f"real.device={args.device}", GAIN_TEST]
+    model = args.model or (TINY_MODEL if args.tiny else MODEL)
+    network = [] if model == "none" else [f"real.model={model}"]
+    base = [*extra, f"real.device={args.device}", *network, GAIN_TEST]
     t0 = time.perf_counter()
     done = real_vs_sim(SCENARIO, base, profile_s, run_s, warmup_s, seeds=args.seeds)
     done["results"]["size"] = size

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from clustertwin.scenarios.flexrr_schema import FLEXRR_PATH_FIELDS, FlexRRScenario
 from clustertwin.scenarios.gavel_schema import PATH_FIELDS, Scenario, ScenarioBase
 from clustertwin.scenarios.pipedream_schema import PIPEDREAM_PATH_FIELDS, PipeDreamScenario
-from clustertwin.scenarios.psld_schema import PSLDScenario
+from clustertwin.scenarios.psld_schema import PSLD_PATH_FIELDS, PSLDScenario
 from clustertwin.scenarios.spot_schema import SPOT_PATH_FIELDS, SpotScenario
 from pydantic import BaseModel
 
@@ -78,4 +78,4 @@ register_schema("gavel", Scenario, PATH_FIELDS)
 register_schema("flexrr", FlexRRScenario, FLEXRR_PATH_FIELDS)
 register_schema("pipedream", PipeDreamScenario, PIPEDREAM_PATH_FIELDS)
 register_schema("spot", SpotScenario, SPOT_PATH_FIELDS)
-register_schema("psld", PSLDScenario)
+register_schema("psld", PSLDScenario, PSLD_PATH_FIELDS)

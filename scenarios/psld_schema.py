@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "resnet101")  # traces.psld_models.PSLD_MODELS
+PSLD_PATH_FIELDS: dict[str, tuple[str, ...]] = {"calibration": ()}
 
 
 class PSLDCluster(_Strict):
@@ -65,8 +66,8 @@ class PSLDReal(_Strict):
     # model's parameters, over a synthetic minibatch of batch_size samples (real matmul work for a GPU)
     gradient: Literal["toy", "linear"] = "toy"
     # a real network instead of the gradient stand-ins: a built-in of runtime.models (mlr, resnet_small,
-    # vgg_small, lstm_small) or a user's ``module:function`` returning a torch.nn.Module; its float32
-    # tensors are the blocks (cut at block_mb). The simulator then simulates these tensors too.
+    # resnet18, vgg_small, lstm_small) or a user's ``module:function`` returning a torch.nn.Module; its
+    # float32 tensors are the blocks (cut at block_mb). The simulator then simulates these tensors too.
     model: str | None = None
     # its data set: images | features | tokens (synthetic) or ``module:function`` giving (x, y) from
     # (seed, examples); None: the built-in model's own
@@ -158,6 +159,10 @@ class PSLDScenario(ScenarioBase):
     regimes: Regimes | None = None
     removals: list[Removal] = Field(default_factory=list)
     real: PSLDReal = PSLDReal()
+    # a calibration file written by ``clustertwin profile`` (scenarios.psld_calibration): the simulation
+    # takes the cluster.* and costs.* values a real profiling run of this set-up measured, the real
+    # network's compute per iteration among them; the real backend measures itself and ignores it
+    calibration: str | None = None
 
     _known_policy = field_validator("policy")(registered(PLACEMENT))
 

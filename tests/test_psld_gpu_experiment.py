@@ -19,6 +19,7 @@ from clustertwin.runtime.psld.run import build_job, check_real
 from clustertwin.scenarios.load import load_scenario
 
 from clustertwin.errors import InputError
+from experiments import psld_gpu
 from experiments.psld_gpu import main
 
 
@@ -27,7 +28,10 @@ def test_tiny_cpu_run_writes_a_complete_table(tmp_path: Path, capsys) -> None:
     out = tmp_path / "psld-gpu"
     assert main(["run", "--out", str(out), "--device", "cpu", "--tiny"]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["device"] == "cpu" and results["gradient"] == "linear" and results["mode"] == "vanilla"
+    assert results["device"] == "cpu" and results["mode"] == "vanilla"
+    # --tiny trains the small ResNet for real, and the simulations price its tensors
+    assert results["gradient"] == "model" and results["real_model"] == "resnet_small"
+    assert results["blocks"] == 29
     rows = {row["policy"]: row for row in results["table"]}
     assert set(rows) == {"mxnet", "psld"}
     for row in rows.values():
@@ -64,3 +68,30 @@ def test_gpu_scenario_maps_onto_the_job() -> None:
         with pytest.raises(InputError) as err:
             check_real(load_scenario(path))
         assert err.value.where.endswith("field real.device")
+
+
+@pytest.mark.parametrize(
+    ("argv", "network"),
+    [
+        ([], ["real.model=resnet18"]),
+        (["--tiny"], ["real.model=resnet_small"]),
+        (["--model", "vgg_small"], ["real.model=vgg_small"]),
+        (["--model", "none"], []),  # the linear-gradient stand-in on the catalog model's tensors
+    ],
+)
+def test_the_gpu_case_trains_a_real_network_by_default(
+    argv: list[str], network: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+
+    def stop(scenario, base, *args, **kwargs):
+        seen.append(base)
+        raise KeyboardInterrupt  # no real run here: the overrides are what is checked
+
+    monkeypatch.setattr(psld_gpu, "real_vs_sim", stop)
+    with pytest.raises(KeyboardInterrupt):
+        main(["run", "--out", str(tmp_path / "x"), "--device", "cpu", *argv])
+    (base,) = seen
+    assert [o for o in base if o.startswith("real.model=")] == network
+    scenario = load_scenario(psld_gpu.SCENARIO, base)
+    assert scenario.real.model == (network[0].partition("=")[2] if network else None)

@@ -53,5 +53,5 @@ def minibatch(x: torch.Tensor, y: torch.Tensor, worker: int, workers: int, step:
     ``workers x batch`` examples split by worker, wrapping around at the end."""
     n = len(y)
     start = (step * workers + worker) * batch
-    idx = torch.arange(start, start + batch) % n
+    idx = torch.arange(start, start + batch, device=x.device) % n
     return x[idx], y[idx]

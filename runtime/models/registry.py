@@ -46,6 +46,13 @@ def _resnet_small() -> ModelSpec:
     return ModelSpec(nets.ResNetSmall, "images")
 
 
+@REAL_MODELS.register("resnet18")
+def _resnet18() -> ModelSpec:
+    """ResNet-18 for 32x32 images (64-512 channels, 2 blocks per stage, a 3x3 stem): 11.2M parameters
+    in 62 tensors, the shape of [PSLD]'s ResNet-18 workload; for GPU workers."""
+    return ModelSpec(lambda: nets.ResNetSmall(widths=(64, 128, 256, 512), depth=2), "images")
+
+
 @REAL_MODELS.register("vgg_small")
 def _vgg_small() -> ModelSpec:
     """A VGG-like net (3 conv stages, 2 fully connected layers) on synthetic 32x32 images."""

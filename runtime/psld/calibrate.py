@@ -59,6 +59,11 @@ from clustertwin.policies.psld.profiling import fit_model
 from clustertwin.scenarios.results import RunResult
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+# A PSLD scheduler that never acts (no variation is that large, no recheck).
+FROZEN = ("psld.straggler_threshold=1000000000.0", "psld.recheck=false")
+# The profiling run: PSLD's initial layout with no straggler, no planned removal and the scheduler never
+# acting (scenario overrides, applied after the scenario's own).
+PROFILE = ("policy=psld", "stragglers=[]", "regimes=null", "removals=[]", *FROZEN)
 
 
 def _num(x: float) -> str:
@@ -83,24 +88,30 @@ class Calibration:
     algo_s_per_block_server: float
     timing_noise: float
 
+    def values(self) -> dict[str, float]:
+        """The scenario fields (``section.field``) these measurements set, and their values."""
+        out = {
+            "cluster.worker_gbps": self.link_gbps,
+            "cluster.server_gbps": self.link_gbps,
+            "cluster.server_cores": 1.0,
+            "costs.worker_compute_s": self.compute_s + self.barrier_s,
+            "costs.message_latency_s": self.latency_s,
+            "costs.message_cpu_s": 0.0,
+            "costs.sum_gbytes_per_core_s": self.sum_gbytes_per_s,
+            "costs.control_rtt_s": 0.0,
+            "costs.reassign_fixed_s": self.report_barrier_s,
+            "costs.algo_s_per_block_server": self.algo_s_per_block_server,
+            "costs.timing_noise": 0.0,  # measured, not fed: the module docstring says why
+        }
+        if self.update_gbytes_per_s is not None:
+            out["costs.update_gbytes_per_core_s"] = self.update_gbytes_per_s
+        return out
+
     def overrides(self) -> list[str]:
         """The scenario overrides (``--set key=value``) that give the simulator these parameters."""
-        out = [
-            f"cluster.worker_gbps={_num(self.link_gbps)}",
-            f"cluster.server_gbps={_num(self.link_gbps)}",
-            "cluster.server_cores=1",
-            f"costs.worker_compute_s={_num(self.compute_s + self.barrier_s)}",
-            f"costs.message_latency_s={_num(self.latency_s)}",
-            "costs.message_cpu_s=0",
-            f"costs.sum_gbytes_per_core_s={_num(self.sum_gbytes_per_s)}",
-            "costs.control_rtt_s=0",
-            f"costs.reassign_fixed_s={_num(self.report_barrier_s)}",
-            f"costs.algo_s_per_block_server={_num(self.algo_s_per_block_server)}",
-            "costs.timing_noise=0",  # measured, not fed: the module docstring says why
-        ]
-        if self.update_gbytes_per_s is not None:
-            out.append(f"costs.update_gbytes_per_core_s={_num(self.update_gbytes_per_s)}")
-        return out
+        exact = {"cluster.server_cores": "1", "costs.message_cpu_s": "0", "costs.control_rtt_s": "0"}
+        exact["costs.timing_noise"] = "0"
+        return [f"{k}={exact.get(k) or _num(v)}" for k, v in self.values().items()]
 
     def as_dict(self) -> dict:
         return {**asdict(self), "overrides": self.overrides()}
@@ -291,6 +302,8 @@ def algorithm3_seconds(result: RunResult, repeats: int = 3) -> float:
 
 
 __all__ = [
+    "FROZEN",
+    "PROFILE",
     "Calibration",
     "Line",
     "algorithm3_seconds",
