@@ -139,3 +139,10 @@ def test_cpu_straggler_shows_in_the_profile_and_psld_unloads_it() -> None:
     share = float(final[final["server"] == 1]["bytes"].iloc[0]) / result.info["model_bytes"]
     assert len(result.tables["reassignments"]) >= 1
     assert share < 0.125  # half of its round-robin quarter
+
+
+def test_a_bandwidth_cap_above_the_link_changes_nothing() -> None:
+    # a straggler's bandwidth is a cap, as the real throttle is: above the link's own speed it is no-op
+    free = run(small("policy=mxnet", "stragglers=[]")).tables["iterations"]
+    capped = run(small("policy=mxnet", "stragglers=[{server: 1, what: bandwidth, value: 100000}]"))
+    assert capped.tables["iterations"].equals(free)

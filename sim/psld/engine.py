@@ -298,8 +298,10 @@ class Engine:
         elif kind == _CHANGE:
             ch: Change = payload
             if ch.what == "bandwidth":
+                # a cap, as the real throttle is: it never makes a link faster than the link itself
                 node = self.server_node[ch.server]
-                self.capacity[2 * node] = self.capacity[2 * node + 1] = ch.value * GBPS
+                link = self.c.worker_gbps if self.c.colocate else self.c.server_gbps
+                self.capacity[2 * node] = self.capacity[2 * node + 1] = min(ch.value, link) * GBPS
                 self.dirty = True
             else:
                 self.cores[ch.server] = ch.value
