@@ -26,8 +26,9 @@ One command does everything, in ``DIR``:
 
 It prints one line per run, ``<policy> run <n>: avg_jct_error=... makespan_error=...``, then per policy the
 mean and the spread (min to max) of each error over its runs, and writes ``results.json`` (the plan, every
-run's comparison and the per-policy summary). On the two-GPU host (32 vCPUs) the default takes about 8
-minutes: profile about 2, each wave about 2.5.
+run's comparison and the per-policy summary). The runs' checkpoints are deleted after each wave. The
+defaults are sized for the two-GPU host (32 vCPUs) to finish within 9 minutes: a profile of about 1.5,
+two waves of about 2.5 (an estimate from the parts' sizes, not yet a measurement).
 
 ``--smoke`` runs the same pipeline on the CPU with tiny models, for tests: the ``gpu`` type is a CPU
 worker, two jobs, one CPU slot, 1-s profile leases, 3-s rounds and one wave.
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -289,39 +291,51 @@ def experiment(args: argparse.Namespace) -> int:
     (work / "plan.json").write_text(json.dumps(plan, indent=2))
     print(json.dumps(plan), flush=True)
 
-    placed: dict[str, int] = {}  # run name -> half
-    for wave in range(runs):
-        started = []
-        for i, policy in enumerate(POLICIES):
-            half = (i + wave) % len(places)
-            name = f"{policy}-{wave + 1}"
-            placed[name] = half
-            sets = half_overrides(work, half, setup, places) + policy_overrides(policy)
-            out = work / f"real-{name}"
-            args_ = ("run", str(work / "scenario.yaml"), "--backend", "real", "--out", str(out), "--quiet")
-            started.append(clustertwin(*args_, "--no-plots", *flags(sets), cpus=places[half][0]))
-        wait_all(started)
-
     results: dict[str, dict] = {}
-    for name, half in placed.items():
-        policy = name.rsplit("-", 1)[0]
-        sets = half_overrides(work, half, setup, places) + policy_overrides(policy)
-        results[name] = compare_run(work, name, sets) | {"half": half}
-        errors = results[name]
-        print(f"{policy} run {name.rsplit('-', 1)[1]} (half {half}):"
-              f" avg_jct_error={errors['avg_jct_error']:+.4f} makespan_error={errors['makespan_error']:+.4f}",
-              flush=True)  # fmt: skip
+    for wave in range(runs):
+        placed = {f"{policy}-{wave + 1}": (i + wave) % len(places) for i, policy in enumerate(POLICIES)}
+        started = []
+        for name, half in placed.items():
+            sets = half_overrides(work, half, setup, places) + policy_overrides(name.rsplit("-", 1)[0])
+            args_ = (
+                "run",
+                str(work / "scenario.yaml"),
+                "--backend",
+                "real",
+                "--out",
+                str(work / f"real-{name}"),
+            )
+            started.append(clustertwin(*args_, "--quiet", "--no-plots", *flags(sets), cpus=places[half][0]))
+        wait_all(started)
+        # Compared wave by wave, so that a wave cut short leaves the ones before it with their figures.
+        for name, half in placed.items():
+            shutil.rmtree(work / f"real-{name}" / "work" / "checkpoints", ignore_errors=True)  # no result
+            policy, n = name.rsplit("-", 1)
+            sets = half_overrides(work, half, setup, places) + policy_overrides(policy)
+            results[name] = errors = compare_run(work, name, sets) | {"half": half}
+            print(f"{policy} run {n} (half {half}): avg_jct_error={errors['avg_jct_error']:+.4f}"
+                  f" makespan_error={errors['makespan_error']:+.4f}", flush=True)  # fmt: skip
+        summary = summarise(results)
+        (work / "results.json").write_text(
+            json.dumps({"plan": plan, "runs": results, "summary": summary}, indent=2)
+        )
+    for policy, errors in summary.items():
+        for key, s in errors.items():
+            print(f"{policy}: {key} mean={s['mean']:+.4f} spread=[{s['min']:+.4f}, {s['max']:+.4f}]"
+                  f" over {s['runs']} runs")  # fmt: skip
+    return 0
+
+
+def summarise(results: dict[str, dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per policy and error: the mean, min and max over its runs so far."""
     summary = {}
     for policy in POLICIES:
-        mine = [r for n, r in results.items() if n.rsplit("-", 1)[0] == policy]
-        summary[policy] = {key: spread([r[key] for r in mine]) for key in ("avg_jct_error", "makespan_error")}
-        for key, s in summary[policy].items():
-            print(f"{policy}: {key} mean={s['mean']:+.4f} spread=[{s['min']:+.4f}, {s['max']:+.4f}]"
-                  f" over {len(mine)} runs")  # fmt: skip
-    (work / "results.json").write_text(
-        json.dumps({"plan": plan, "runs": results, "summary": summary}, indent=2)
-    )
-    return 0
+        mine = [r for name, r in results.items() if name.rsplit("-", 1)[0] == policy]
+        summary[policy] = {
+            key: spread([r[key] for r in mine]) | {"runs": len(mine)}
+            for key in ("avg_jct_error", "makespan_error")
+        }
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
