@@ -2,8 +2,8 @@
 (a ResNet-50-sized image model, a Transformer and an LSTM language model, a recommendation model), written
 against the job API, scheduled for real under LAS and under a cost policy, and each run simulated.
 
-    python3 experiments/gavel_gpu_own_jobs.py --out DIR [--gpus 0 1] [--runs 2] [--target-s 120]
-        [--round-s 20] [--threads 4] [--cpu-slots 3]
+    python3 experiments/gavel_gpu_own_jobs.py --out DIR [--gpus 0 1] [--runs 2] [--target-s 130]
+        [--round-s 25] [--threads 4] [--cpu-slots 3]
     python3 experiments/gavel_gpu_own_jobs.py --out DIR --smoke      # a CPU check of the whole pipeline
 
 One command does everything, in ``DIR``:
@@ -31,7 +31,8 @@ defaults are sized for the two-GPU host (32 vCPUs) to finish within 9 minutes: a
 two waves of about 2.5 (an estimate from the parts' sizes, not yet a measurement).
 
 ``--smoke`` runs the same pipeline on the CPU with tiny models, for tests: the ``gpu`` type is a CPU
-worker, two jobs, one CPU slot, 1-s profile leases, 3-s rounds and one wave.
+worker, two jobs, one CPU slot, 1-s profile leases, 3-s rounds and one wave. Its errors say nothing of
+fidelity: a process start there lasts a round or more, and the simulator charges a restart at most a round.
 """
 
 from __future__ import annotations
@@ -343,8 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the folder everything is written to")
     parser.add_argument("--gpus", type=int, nargs=2, default=[0, 1], help="the GPU of each half")
     parser.add_argument("--runs", type=int, default=2, help="waves: runs of each policy")
-    parser.add_argument("--target-s", type=float, default=120.0, help="the simulated LAS run's length")
-    parser.add_argument("--round-s", type=float, default=20.0)
+    parser.add_argument("--target-s", type=float, default=130.0, help="the simulated LAS run's length")
+    parser.add_argument("--round-s", type=float, default=25.0)
     parser.add_argument("--threads", type=int, default=4, help="threads of each CPU worker")
     parser.add_argument("--cpu-slots", type=int, default=3, help="CPU workers of each half")
     parser.add_argument("--profile-seconds", type=float, default=6.0, help="each measured lease's length")

@@ -1,6 +1,10 @@
 """experiments/gavel_gpu_own_jobs.py end to end in its CPU smoke mode: the users' programs are profiled
 on both worker types, sized, run for real under LAS and under min_cost at once, simulated from their own
-half's profile and compared."""
+half's profile and compared.
+
+Slow: about 20 process starts in a row (two profiles, two real runs with their agents and jobs); each
+start imports torch, about 3 s on an idle 2-core machine. The errors are not asserted: with 3-s rounds a
+process start lasts about a round, longer than the simulator lets a restart cost (one round)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 pytest.importorskip("torch")
 
@@ -16,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "gavel_gpu_own_jobs.py"
 
 
+@pytest.mark.slow
 def test_the_smoke_mode_profiles_runs_simulates_and_compares_both_policies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -32,8 +38,9 @@ def test_the_smoke_mode_profiles_runs_simulates_and_compares_both_policies(
             (p.job_type, w) for p in programs for w in ("gpu", "cpu")
         )
         assert (table["throughput"] > 0).all()
-    scenario = (tmp_path / "scenario.yaml").read_text()
-    assert all(p.command in scenario for p in programs)
+    jobs = yaml.safe_load((tmp_path / "scenario.yaml").read_text())["workload"]["jobs"]
+    assert [job["command"] for job in jobs] == [p.command for p in programs]
+    assert [job["total_steps"] for job in jobs] == results["plan"]["steps"]
     for policy in experiment.POLICIES:
         name = f"{policy}-1"
         jobs = pd.read_parquet(tmp_path / f"real-{name}" / "jobs.parquet")
