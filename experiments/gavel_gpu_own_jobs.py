@@ -123,7 +123,7 @@ def scenario_text(setup: Setup, steps: list[int], throughputs: Path) -> str:
                     "arrival_s": p.arrival_s,
                 }
                 for p, n in zip(setup.programs, steps, strict=True)
-            ]  # fmt: skip
+            ]
         },
         "policy": {"name": "las", "params": {"aware": True}},
         "mechanism": {

@@ -117,8 +117,9 @@ def test_the_example_programs_run_alone(tmp_path: Path) -> None:
             text=True,
         )  # fmt: skip
 
-    for steps, first in ((3, 0), (5, 3)):  # the programs run at once: one interpreter start, not four
-        running = {name: start(name, steps) for name in EXAMPLES}
+    # The programs run at once: one interpreter start, not four; the two newest resume too.
+    for steps, first, names in ((3, 0, list(EXAMPLES)), (5, 3, ["lstm_lm", "recommendation"])):
+        running = {name: start(name, steps) for name in names}
         for name, process in running.items():
             out, err = process.communicate(timeout=180)
             assert process.returncode == 0, err
@@ -161,3 +162,29 @@ def test_a_job_says_when_it_has_trained_its_first_steps(tmp_path: Path) -> None:
     for step in job:
         seen.append((step, ready.is_file()))
     assert seen == [(s, s >= READY_STEPS) for s in range(READY_STEPS + 3)]
+
+
+def test_an_agent_tells_a_job_its_device_and_a_cpu_worker_shows_it_no_gpu() -> None:
+    import argparse
+
+    from clustertwin.runtime.gavel.agent import Worker
+
+    class Control:
+        address = "127.0.0.1:1"
+
+        def get(self, key: str) -> dict:
+            return {}
+
+    opts = argparse.Namespace(secret=b"secret", cuda_devices=[5, 6], cores=None)
+    job = {
+        "key": "j/0",
+        "checkpoint": "c.pt",
+        "total_steps": 9,
+        "max_steps": 3,
+        "max_seconds": 2.0,
+        "slots": [1],
+    }
+    for kind, visible in (("cuda", "6"), ("cpu", "")):
+        worker = Worker({"device": kind, "threads": 1, "slowdown": 1.0}, opts, Control())  # type: ignore[arg-type]
+        env = worker._environment(job, {"env": {}})
+        assert (env["CLUSTERTWIN_DEVICE"], env["CUDA_VISIBLE_DEVICES"]) == (kind, visible)
