@@ -97,8 +97,8 @@ def test_a_measured_lease_bounded_by_time_trains_that_long(
     leases: list[tuple[int, float, dict[str, float]]] = []
     real_lease = profile.run_job_lease
 
-    def lease(*args, max_seconds: float = 3600.0, cores=None) -> profile.LeaseRun:
-        run = real_lease(*args, max_seconds=max_seconds, cores=cores)
+    def lease(*args, max_seconds: float = 3600.0, cores=None, program=None) -> profile.LeaseRun:
+        run = real_lease(*args, max_seconds=max_seconds, cores=cores, program=program)
         leases.append((args[5], max_seconds, run.report))
         return run
 
@@ -127,7 +127,19 @@ def test_repeated_measured_leases_resume_in_turn_and_give_the_median(
     rates = iter([10.0, 50.0, 50.0 / 3, 40.0])  # the warm-up, then three measured leases
     starts: list[int] = []
 
-    def lease(job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None):
+    def lease(
+        job_type,
+        sf,
+        worker,
+        threads,
+        workdir,
+        max_steps,
+        total,
+        seed,
+        max_seconds=3600.0,
+        cores=None,
+        program=None,
+    ):
         start = starts[-1] if starts else 0
         rate = next(rates)
         steps = max_steps if max_seconds >= 3600.0 else int(rate * max_seconds)
