@@ -1,17 +1,21 @@
-"""A ResNet-18 on CIFAR-10-shaped data, written against clustertwin's job API.
+"""A ResNet (18 or 50 layers) on CIFAR-10-shaped data, written against clustertwin's job API.
 
 Run it alone (it trains all its steps, and resumes from --checkpoint when one is there)::
 
     python examples/resnet_cifar.py --steps 20
-    torchrun --nproc-per-node 2 examples/resnet_cifar.py --steps 20      # two gloo ranks
+    python examples/resnet_cifar.py --steps 20 --depth 50 --width 64     # ResNet-50's size (23.5M weights)
+    torchrun --nproc-per-node 2 examples/resnet_cifar.py --steps 20      # two ranks
 
 or let a real run's scheduler run it in leases (scenarios/gavel-own-jobs-cpu.yaml): the agent that starts it
-says in its environment how long it may train, where its checkpoint lives and whom to report to.
+says in its environment how long it may train, where its checkpoint lives, whom to report to and on which
+device (``clustertwin.runtime.job.device``: a GPU when its worker type has one; run alone, a GPU when the
+machine has one).
 
-The model is ResNet-18's shape (a 3x3 stem, four stages of two basic blocks, pooling, a linear head) at a
-width small enough for a CPU (``--width 64`` is the paper's). ``--torchvision`` takes torchvision's own
-``resnet18`` instead where torchvision is installed. The data is synthetic: a pure function of (seed,
-step, rank), so a job resumed at step k sees the batches it would have seen without the interruption.
+The model is ResNet's shape for 32x32 images (a 3x3 stem, four stages, pooling, a linear head): ``--depth
+18`` stacks 2, 2, 2, 2 basic blocks, ``--depth 50`` 3, 4, 6, 3 bottleneck blocks of 4x expansion, at a width
+small enough for a CPU (``--width 64`` is the paper's). ``--torchvision`` takes torchvision's own
+``resnet18``/``resnet50`` instead where torchvision is installed. The data is synthetic: a pure function of
+(seed, step, rank), so a job resumed at step k sees the batches it would have seen without the interruption.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from clustertwin.runtime.job import Job
+from clustertwin.runtime.job import Job, device
 from torch import nn
 from torch.nn import functional as F
 
@@ -43,16 +47,42 @@ class BasicBlock(nn.Module):
         return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
 
 
-class ResNet18(nn.Module):
-    def __init__(self, width: int = 16, classes: int = 10) -> None:
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, channels_in: int, channels: int, stride: int) -> None:
         super().__init__()
+        out = channels * self.expansion
+        self.body = nn.Sequential(
+            nn.Conv2d(channels_in, channels, 1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, stride, 1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, out, 1, bias=False), nn.BatchNorm2d(out),
+        )  # fmt: skip
+        self.shortcut = nn.Sequential()
+        if stride != 1 or channels_in != out:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(channels_in, out, 1, stride, bias=False), nn.BatchNorm2d(out)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.body(x) + self.shortcut(x))
+
+
+# Blocks per stage and block type of each depth, as in "Deep Residual Learning for Image Recognition".
+DEPTHS = {18: ((2, 2, 2, 2), BasicBlock, 1), 50: ((3, 4, 6, 3), Bottleneck, 4)}
+
+
+class ResNet(nn.Module):
+    def __init__(self, width: int = 16, classes: int = 10, depth: int = 18) -> None:
+        super().__init__()
+        counts, block_type, expansion = DEPTHS[depth]
         self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
         blocks, channels = [], width
-        for stage, mult in enumerate((1, 2, 4, 8)):
-            for block in range(2):
+        for stage, (mult, count) in enumerate(zip((1, 2, 4, 8), counts, strict=True)):
+            for block in range(count):
                 stride = 2 if stage > 0 and block == 0 else 1
-                blocks.append(BasicBlock(channels, width * mult, stride))
-                channels = width * mult
+                blocks.append(block_type(channels, width * mult, stride))
+                channels = width * mult * expansion
         self.blocks = nn.Sequential(*blocks)
         self.head = nn.Linear(channels, classes)
 
@@ -70,28 +100,39 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="total training steps")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--width", type=int, default=16)
+    parser.add_argument("--depth", type=int, choices=sorted(DEPTHS), default=18)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", help="resume from and save to this file when run alone")
-    parser.add_argument("--torchvision", action="store_true", help="torchvision's resnet18 instead")
+    parser.add_argument(
+        "--torchvision", action="store_true", help="torchvision's resnet of that depth instead"
+    )
     args = parser.parse_args()
 
+    torch.set_flush_denormal(True)  # on CPUs, subnormal momentum would slow the steps as training goes on
+    where = device()
+    if where.type == "cuda":
+        torch.cuda.set_device(where)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if where.type == "cuda" else "gloo")
     torch.manual_seed(args.seed)
     if args.torchvision:
-        from torchvision.models import resnet18
+        import torchvision.models
 
-        model: nn.Module = resnet18(num_classes=10)
+        model: nn.Module = getattr(torchvision.models, f"resnet{args.depth}")(num_classes=10)
     else:
-        model = ResNet18(args.width)
+        model = ResNet(args.width, depth=args.depth)
+    model.to(where)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    trained = nn.parallel.DistributedDataParallel(model) if distributed else model
+    trained = model
+    if distributed:
+        ids = [where.index] if where.type == "cuda" else None
+        trained = nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
     job = Job(args.steps, {"model": model, "optimizer": optimizer}, checkpoint=args.checkpoint)
     for step in job:
-        inputs, targets = batch(args.seed, step, job.rank, args.batch_size)
+        inputs, targets = (t.to(where) for t in batch(args.seed, step, job.rank, args.batch_size))
         loss = F.cross_entropy(trained(inputs), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -4,7 +4,8 @@
     torchrun --nproc-per-node 2 examples/transformer_lm.py --steps 20
 
 Run alone it trains all its steps (resuming from --checkpoint when one is there); started by a real
-run's agent it trains in the leases the scheduler gives (scenarios/gavel-own-jobs-cpu.yaml). Tokens are
+run's agent it trains in the leases the scheduler gives (scenarios/gavel-own-jobs-cpu.yaml), on its worker
+type's device (``clustertwin.runtime.job.device``; run alone, a GPU when the machine has one). Tokens are
 synthetic: a pure function of (seed, step, rank), so a resumed job sees the batches it would have seen.
 The learning-rate schedule is part of the checkpoint, as any state the loop keeps must be.
 """
@@ -16,7 +17,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from clustertwin.runtime.job import Job
+from clustertwin.runtime.job import Job, device
 from torch import nn
 from torch.nn import functional as F
 
@@ -60,19 +61,26 @@ def main() -> None:
     parser.add_argument("--checkpoint", help="resume from and save to this file when run alone")
     args = parser.parse_args()
 
+    torch.set_flush_denormal(True)  # on CPUs, subnormal optimizer state would slow the steps over time
+    where = device()
+    if where.type == "cuda":
+        torch.cuda.set_device(where)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if where.type == "cuda" else "gloo")
     torch.manual_seed(args.seed)
-    model = TransformerLM(args.vocab, args.dim, args.layers, args.heads, args.context)
+    model = TransformerLM(args.vocab, args.dim, args.layers, args.heads, args.context).to(where)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50))
-    trained = nn.parallel.DistributedDataParallel(model) if distributed else model
+    trained = model
+    if distributed:
+        ids = [where.index] if where.type == "cuda" else None
+        trained = nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
     state = {"model": model, "optimizer": optimizer, "schedule": schedule}
     job = Job(args.steps, state, checkpoint=args.checkpoint)
     for step in job:
-        tokens = batch(args.seed, step, job.rank, args.batch_size, args.context, args.vocab)
+        tokens = batch(args.seed, step, job.rank, args.batch_size, args.context, args.vocab).to(where)
         logits = trained(tokens[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), tokens[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)

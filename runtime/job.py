@@ -3,9 +3,9 @@
 
 A training loop iterates over a :class:`Job` and trains one step per iteration::
 
-    from clustertwin.runtime.job import Job
+    from clustertwin.runtime.job import Job, device
 
-    model, optimizer = ..., ...
+    model, optimizer = ..., ...           # on device(): the worker type's device (cpu or this rank's GPU)
     job = Job(total_steps=args.steps, state={"model": model, "optimizer": optimizer})
     for step in job:                      # resumes at the checkpoint's step
         loss = model(batch(step)).mean()  # the step's data is the loop's business
@@ -52,6 +52,11 @@ ENV_LEASE_STEPS = "CLUSTERTWIN_LEASE_STEPS"
 ENV_LEASE_SECONDS = "CLUSTERTWIN_LEASE_SECONDS"
 ENV_SLOWDOWN = "CLUSTERTWIN_SLOWDOWN"
 ENV_REPORT = "CLUSTERTWIN_REPORT"
+ENV_DEVICE = "CLUSTERTWIN_DEVICE"
+ENV_READY = "CLUSTERTWIN_READY"
+# A job given a ready file writes it once it has trained this many steps: its one-time costs are behind
+# it and it loads the host as it will go on doing (the profiler's background jobs).
+READY_STEPS = 2
 
 
 class Stateful(Protocol):
@@ -97,6 +102,7 @@ class Session:
     lease_seconds: float = math.inf
     slowdown: float = 1.0  # > 1 emulates a slower device: each step is followed by (slowdown - 1) x its time
     report: Path | None = None  # one lease, then save and write its report here (a profiler's measurement)
+    ready: Path | None = None  # written once READY_STEPS steps are trained (a profiler's background job)
     control: tuple[ControlClient, str] | None = None  # the scheduler's channel and this job's key prefix
     job_key: str | None = None  # set on every rank of a job an agent started (rank 0 alone connects)
 
@@ -115,6 +121,7 @@ class Session:
             lease_seconds=get(ENV_LEASE_SECONDS, float) or math.inf,
             slowdown=get(ENV_SLOWDOWN, float) or 1.0,
             report=get(ENV_REPORT, Path),
+            ready=get(ENV_READY, Path),
             control=job_client(env) if connect and _rank() == 0 else None,
             job_key=env.get("CLUSTERTWIN_JOB_KEY") or None,
         )
@@ -122,6 +129,25 @@ class Session:
     @property
     def scheduled(self) -> bool:
         return self.control is not None or self.job_key is not None
+
+
+def device(environ: Mapping[str, str] | None = None) -> torch.device:
+    """The device a job's loop trains on: the one its worker type runs on (``CLUSTERTWIN_DEVICE``, cpu or
+    cuda, set by the agent and the profiler), else cuda when this machine has a GPU; on cuda, this rank's
+    local GPU (``LOCAL_RANK``) among those the agent made visible."""
+    env = os.environ if environ is None else environ
+    kind = env.get(ENV_DEVICE) or ("cuda" if torch.cuda.is_available() else "cpu")
+    if kind == "cuda":
+        return torch.device("cuda", int(env.get("LOCAL_RANK", "0")))
+    if kind != "cpu":
+        raise ValueError(f"{ENV_DEVICE} must be cpu or cuda, not {kind!r}")
+    return torch.device("cpu")
+
+
+def _synchronize() -> None:
+    """Wait for the GPU's queued work, so that a step's time is its device's, not its launches'."""
+    if torch.cuda.is_initialized():  # a flag: no driver call on a CPU job's every step
+        torch.cuda.synchronize()
 
 
 def _rank() -> int:
@@ -245,10 +271,11 @@ class Job:
                 window = (self.step, step_started)
             yield self.step
             self.step += 1
+            _synchronize()
             if self.session.slowdown > 1.0:
-                if torch.cuda.is_available() and torch.cuda.is_initialized():
-                    torch.cuda.synchronize()
                 time.sleep((self.session.slowdown - 1.0) * (time.perf_counter() - step_started))
+            if self.step - start == READY_STEPS and self.session.ready is not None and self.rank == 0:
+                write_text(self.session.ready, f"{os.getpid()}\n")
             if self._lease_over(time.perf_counter() - started >= max_seconds):
                 break
         ended = time.perf_counter()

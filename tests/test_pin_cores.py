@@ -281,7 +281,17 @@ def test_repeated_leases_rotate_and_the_background_swaps_cores_with_the_measured
         events.append(("pin", *backgrounds[pid], set(cores)))
 
     def fake_lease(
-        job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None
+        job_type,
+        sf,
+        worker,
+        threads,
+        workdir,
+        max_steps,
+        total,
+        seed,
+        max_seconds=3600.0,
+        cores=None,
+        program=None,
     ):
         start, end = _advance(workdir, max_steps)
         events.append(("lease", workdir.name, sf, max_steps, set(cores)))
@@ -393,7 +403,17 @@ def _profile_gpu_scenario(
             record("stop", backgrounds[0].process.pid)
 
     def fake_lease(
-        job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None
+        job_type,
+        sf,
+        worker,
+        threads,
+        workdir,
+        max_steps,
+        total,
+        seed,
+        max_seconds=3600.0,
+        cores=None,
+        program=None,
     ):
         start, end = _advance(workdir, max_steps)
         record("start", worker.device, workdir.name, set(cores or ()))

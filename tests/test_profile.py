@@ -18,6 +18,7 @@ from clustertwin.traces.gavel_throughputs import ThroughputTable  # noqa: E402
 from clustertwin.cli import main  # noqa: E402
 from clustertwin.errors import InputError  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 RESNET, LM = "ResNet-18 (batch size 32)", "LM (batch size 20)"
 
 # The scenario names its throughput table before it exists: profiling is what writes it, at the default
@@ -96,8 +97,8 @@ def test_a_measured_lease_bounded_by_time_trains_that_long(
     leases: list[tuple[int, float, dict[str, float]]] = []
     real_lease = profile.run_job_lease
 
-    def lease(*args, max_seconds: float = 3600.0, cores=None) -> profile.LeaseRun:
-        run = real_lease(*args, max_seconds=max_seconds, cores=cores)
+    def lease(*args, max_seconds: float = 3600.0, cores=None, program=None) -> profile.LeaseRun:
+        run = real_lease(*args, max_seconds=max_seconds, cores=cores, program=program)
         leases.append((args[5], max_seconds, run.report))
         return run
 
@@ -126,7 +127,19 @@ def test_repeated_measured_leases_resume_in_turn_and_give_the_median(
     rates = iter([10.0, 50.0, 50.0 / 3, 40.0])  # the warm-up, then three measured leases
     starts: list[int] = []
 
-    def lease(job_type, sf, worker, threads, workdir, max_steps, total, seed, max_seconds=3600.0, cores=None):
+    def lease(
+        job_type,
+        sf,
+        worker,
+        threads,
+        workdir,
+        max_steps,
+        total,
+        seed,
+        max_seconds=3600.0,
+        cores=None,
+        program=None,
+    ):
         start = starts[-1] if starts else 0
         rate = next(rates)
         steps = max_steps if max_seconds >= 3600.0 else int(rate * max_seconds)
@@ -345,3 +358,38 @@ def test_under_load_background_starts_once_per_worker_type_and_trains_through_it
     by_type = {w: {tuple(alive) for _, t, alive in seen if t == w} for w in ("fast", "slow")}
     assert by_type == {"fast": {(id(started[0]),)}, "slow": {(id(started[1]),)}}
     assert all(bg.process.returncode is not None for bg in started)  # killed and reaped
+
+
+def test_own_programs_are_profiled_by_their_commands_without_a_table(tmp_path: Path) -> None:
+    """A scenario of users' programs: one program per job type (its first job's), planned on every worker
+    type before any throughput table exists; ``real.commands: builtin`` keeps the bundled stand-ins."""
+    own = ROOT / "scenarios" / "gavel-own-jobs-cpu.yaml"
+    scenario = profile.load_for_profiling(own, [f"throughputs={tmp_path / 'not-yet.csv'}"])
+    programs = profile.programs(scenario)
+    assert list(programs) == ["resnet_cifar (batch size 16)", "transformer_lm (batch size 16)"]
+    resnet = programs["resnet_cifar (batch size 16)"]
+    assert (
+        resnet["command"][:2] == ["python", "examples/resnet_cifar.py"] and "--seed" not in resnet["command"]
+    )
+    assert Path(str(resnet["cwd"])) == ROOT
+    todo, skipped = profile.plan(scenario)
+    assert sorted(todo) == sorted((t, 1, w) for t in programs for w in ("cpu", "cpu_slow")) and not skipped
+    assert profile.programs(load_scenario(own, ["real.commands=builtin"])) == {}
+
+
+def test_a_program_is_told_its_device_and_lease_as_an_agent_tells_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clustertwin.scenarios.gavel_schema import RealWorker
+
+    monkeypatch.setenv("CLUSTERTWIN_CONTROL", "127.0.0.1:1")  # the profiler's own: never a job's
+    program = {"command": ["python", "x.py"], "cwd": ".", "env": {"MINE": "1"}}
+    lease = {"CLUSTERTWIN_LEASE_STEPS": "5"}
+    gpu = profile.program_env(program, RealWorker(device="cuda", cuda_devices=[3]), 2, [3], lease)
+    assert (gpu["CLUSTERTWIN_DEVICE"], gpu["CUDA_VISIBLE_DEVICES"], gpu["MINE"]) == ("cuda", "3", "1")
+    assert gpu["CLUSTERTWIN_LEASE_STEPS"] == "5" and "CLUSTERTWIN_CONTROL" not in gpu
+    cpu = profile.program_env(program, RealWorker(device="cpu", slowdown=2.0), 2, [], lease)
+    assert (cpu["CLUSTERTWIN_DEVICE"], cpu["CUDA_VISIBLE_DEVICES"], cpu["OMP_NUM_THREADS"]) == (
+        "cpu",
+        "",
+        "2",
+    )
+    assert cpu["CLUSTERTWIN_SLOWDOWN"] == "2.0"

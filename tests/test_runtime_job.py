@@ -97,13 +97,94 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
 
 
+# Each example at a tiny size: the two language models, the recommendation model and ResNet-50's shape.
+EXAMPLES = {
+    "transformer_lm": ["--dim", "16", "--layers", "1", "--context", "8", "--vocab", "50"],
+    "lstm_lm": ["--dim", "8", "--hidden", "8", "--layers", "1", "--context", "4", "--vocab", "50"],
+    "recommendation": ["--users", "30", "--items", "20", "--dim", "4", "--hidden", "8", "--batch-size", "8"],
+    "resnet_cifar": ["--depth", "50", "--width", "2", "--batch-size", "2"],
+}
+
+
 def test_the_example_programs_run_alone(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "transformer_lm.py"), "--steps", "3", "--dim", "16",
-         "--layers", "1", "--context", "8", "--vocab", "50", "--checkpoint", str(tmp_path / "lm.pt")],
-        env=_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "steps 0-3" in done.stdout
-    assert torch.load(tmp_path / "lm.pt", weights_only=True)["step"] == 3
-    assert not math.isnan(float(done.stdout.rsplit("loss", 1)[1]))
+    """Each trains its steps on the device it is given (the CPU here), saves, and a second run resumes."""
+
+    def start(name: str, steps: int) -> subprocess.Popen:
+        command = [sys.executable, str(ROOT / "examples" / f"{name}.py"), "--steps", str(steps),
+                   *EXAMPLES[name], "--checkpoint", str(tmp_path / f"{name}.pt")]  # fmt: skip
+        return subprocess.Popen(
+            command, env=_env(CLUSTERTWIN_DEVICE="cpu"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+
+    # The programs run at once: one interpreter start, not four; the two newest resume too.
+    for steps, first, names in ((3, 0, list(EXAMPLES)), (5, 3, ["lstm_lm", "recommendation"])):
+        running = {name: start(name, steps) for name in names}
+        for name, process in running.items():
+            out, err = process.communicate(timeout=180)
+            assert process.returncode == 0, err
+            assert f"steps {first}-{steps}" in out, (name, out)
+            assert torch.load(tmp_path / f"{name}.pt", weights_only=True)["step"] == steps
+            assert not math.isnan(float(out.rsplit("loss", 1)[1]))
+
+
+def test_resnet50_has_resnet50s_weights() -> None:
+    """The depth-50 network at the paper's width is ResNet-50's size: 23.5M weights for 10 classes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("resnet_cifar", ROOT / "examples" / "resnet_cifar.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with torch.device("meta"):  # shapes only, no memory
+        weights = sum(p.numel() for p in module.ResNet(64, depth=50).parameters())
+        assert 23.4e6 < weights < 23.6e6
+        assert sum(p.numel() for p in module.ResNet(64, depth=18).parameters()) < 12e6
+
+
+def test_the_device_is_the_worker_types() -> None:
+    from clustertwin.runtime.job import device
+
+    assert device({"CLUSTERTWIN_DEVICE": "cpu"}) == torch.device("cpu")
+    assert device({"CLUSTERTWIN_DEVICE": "cuda", "LOCAL_RANK": "1"}) == torch.device("cuda", 1)
+    assert device({}).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="cpu or cuda"):
+        device({"CLUSTERTWIN_DEVICE": "tpu"})
+
+
+def test_a_job_says_when_it_has_trained_its_first_steps(tmp_path: Path) -> None:
+    """The ready file (a profiler's background job) appears once READY_STEPS steps are done, not before."""
+    from clustertwin.runtime.job import READY_STEPS
+
+    ready = tmp_path / "ready"
+    seen = []
+    job = Job(READY_STEPS + 3, torch.nn.Linear(1, 1), session=Session(ready=ready))
+    for step in job:
+        seen.append((step, ready.is_file()))
+    assert seen == [(s, s >= READY_STEPS) for s in range(READY_STEPS + 3)]
+
+
+def test_an_agent_tells_a_job_its_device_and_a_cpu_worker_shows_it_no_gpu() -> None:
+    import argparse
+
+    from clustertwin.runtime.gavel.agent import Worker
+
+    class Control:
+        address = "127.0.0.1:1"
+
+        def get(self, key: str) -> dict:
+            return {}
+
+    opts = argparse.Namespace(secret=b"secret", cuda_devices=[5, 6], cores=None)
+    job = {
+        "key": "j/0",
+        "checkpoint": "c.pt",
+        "total_steps": 9,
+        "max_steps": 3,
+        "max_seconds": 2.0,
+        "slots": [1],
+    }
+    for kind, visible in (("cuda", "6"), ("cpu", "")):
+        worker = Worker({"device": kind, "threads": 1, "slowdown": 1.0}, opts, Control())  # type: ignore[arg-type]
+        env = worker._environment(job, {"env": {}})
+        assert (env["CLUSTERTWIN_DEVICE"], env["CUDA_VISIBLE_DEVICES"]) == (kind, visible)

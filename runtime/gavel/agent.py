@@ -129,9 +129,11 @@ class Worker:
             "CLUSTERTWIN_LEASE_STEPS": str(job["max_steps"]),
             "CLUSTERTWIN_LEASE_SECONDS": repr(float(job["max_seconds"])),
             "CLUSTERTWIN_SLOWDOWN": repr(float(self.settings["slowdown"])),
+            "CLUSTERTWIN_DEVICE": self.settings["device"],
         })  # fmt: skip
-        if self.settings["device"] == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(self.opts.cuda_devices[s]) for s in job["slots"])
+        # A CPU worker type has no GPU: a program that takes one when it sees one must not see any.
+        slots = job["slots"] if self.settings["device"] == "cuda" else []
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(self.opts.cuda_devices[s]) for s in slots)
         return env
 
     def _rendezvous(self, job: dict[str, Any], deadline: float) -> list[str] | None:

@@ -1,8 +1,8 @@
 """Profiling a scenario's jobs on its real workers, to calibrate the simulator.
 
 For every (job type, scale factor) of the workload and every worker type of ``real.workers`` this runs
-the job process exactly as the real backend would (``runtime.gavel.job_main``, under torchrun when the job
-has several ranks) for two leases:
+the job process exactly as the real backend would (``runtime.gavel.job_main``, or the user's own program
+of a ``workload.jobs`` entry of that type, under torchrun when the job has several ranks) for two leases:
 
 * a warm-up lease of a few steps from scratch. It warms the file-system caches (bytecode, torch's
   libraries), which a cluster's long-lived workers keep warm, and leaves a real checkpoint behind, so
@@ -52,7 +52,9 @@ Two modes (``mode``):
   that :func:`steady_step_s`'s difference sees one load), every
   other CPU worker slot of the cluster (``cluster.gpus[type]`` slots of each worker type whose device is
   ``cpu``, less the ``scale_factor`` slots the measured job takes when it runs on a CPU type) runs a
-  background training process (:func:`background_slots`). What they train is a *mix*: the scenario's
+  background training process (:func:`background_slots`; a user's program of that job type when the
+  workload is the user's own, told to train on until killed and to say when it has trained a few steps,
+  ``runtime.job.ENV_READY``). What they train is a *mix*: the scenario's
   job types round-robin over the slots, by a fixed slot order, so that each CPU type with enough slots
   carries every job type. A real run's slots hold a mix of the trace's jobs, and job types stress the
   memory system very differently (Recommendation's embedding tables far more than a small convnet), so
@@ -96,6 +98,7 @@ import functools
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -106,6 +109,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clustertwin.runtime.cores import SlotCores, pin_child, pin_process, slot_cores
+from clustertwin.runtime.gavel.agent import job_command, job_preexec
 from clustertwin.runtime.gavel.training_env import training_env
 from clustertwin.scenarios.gavel_schema import RealWorker, Scenario
 from clustertwin.scenarios.gavel_workload import load_table, trace_jobs
@@ -191,12 +195,30 @@ def load_for_profiling(path: str | Path, overrides: Sequence[str] = ()) -> Scena
 def job_keys(scenario: Scenario) -> list[tuple[str, int]]:
     """Distinct (job type, scale factor) pairs of the workload, in order of first appearance."""
     workload = scenario.workload
+    if workload.jobs is not None:  # the user's own programs; their types need no table yet
+        return list(dict.fromkeys((job.job_type, job.scale_factor) for job in workload.jobs))
     if workload.trace is not None:
         # No table: the trace may hold job types that no table lists yet.
         jobs = load_gavel_trace(workload.trace, fmt=workload.trace_format)
     else:
         jobs, _ = trace_jobs(scenario, load_table(scenario))
     return list(dict.fromkeys((job.job_type, job.scale_factor) for job in jobs))
+
+
+def programs(scenario: Scenario) -> dict[str, dict[str, object]]:
+    """The user's program of each job type of ``workload.jobs`` (the first job of that type: its command's
+    words, working directory and environment, as an agent's catalog holds them), unless
+    ``real.commands: builtin`` runs the bundled stand-ins instead; empty for other workloads."""
+    real = scenario.real
+    jobs = scenario.workload.jobs
+    if jobs is None or (real is not None and real.commands == "builtin"):
+        return {}
+    base = Path(scenario.source).parent if Path(scenario.source).is_file() else Path.cwd()
+    found: dict[str, dict[str, object]] = {}
+    for job in jobs:
+        cwd = str((base / (job.working_dir or ".")).resolve())
+        found.setdefault(job.job_type, {"command": shlex.split(job.command), "cwd": cwd, "env": job.env})
+    return found
 
 
 def plan(scenario: Scenario) -> tuple[list[tuple[str, int, str]], list[tuple[str, int, str]]]:
@@ -217,7 +239,10 @@ def plan(scenario: Scenario) -> tuple[list[tuple[str, int, str]], list[tuple[str
         )
     _check_cuda(scenario)
     keys = job_keys(scenario)
+    own = programs(scenario)
     for job_type, _ in keys:
+        if job_type in own:
+            continue
         try:
             workload_for(job_type)
         except KeyError as err:
@@ -282,6 +307,7 @@ def profile_scenario(
     assert real is not None
     cores = slot_cores(scenario) if real.pin_cores else None
     job_types = list(dict.fromkeys(job_type for job_type, _ in job_keys(scenario)))
+    own = programs(scenario)
     mode = UNDER_LOAD if under_load else ISOLATED
     with tempfile.TemporaryDirectory(prefix="clustertwin-profile-") as scratch:
         # The first process to use a GPU pays one-time costs (driver and kernel caches) that later jobs
@@ -291,7 +317,7 @@ def profile_scenario(
             measure(
                 job_type, sf, worker_type, real.workers[worker_type], threads=real.threads_per_cpu_worker,
                 steps=warmup_steps, warmup_steps=warmup_steps, workdir=Path(scratch) / f"warm-{worker_type}",
-                seed=scenario.seed, cores=_measured_cores(cores, worker_type, sf),
+                seed=scenario.seed, cores=_measured_cores(cores, worker_type, sf), program=own.get(job_type),
             )  # fmt: skip
         # Every pair of one worker type and scale factor sees the same background (the measured job
         # takes the same slots' place), so the background starts once per such group and trains on
@@ -327,6 +353,7 @@ def profile_scenario(
                 repeats=repeats,
                 cores=_measured_cores(cores, worker_type, sf),
                 placement=placement,
+                program=own.get(job_type),
             )
             with lock:
                 measured[index] = replace(row, mode=mode)
@@ -531,6 +558,10 @@ def _start_background(
     worker = real.workers[worker_type]
     workdir.mkdir(parents=True, exist_ok=True)
     ready, log = workdir / "ready", workdir / "stderr.log"
+    program = programs(scenario).get(job_type)
+    if program is not None:
+        threads = real.threads_per_cpu_worker
+        return _start_program_background(program, worker_type, worker, threads, ready, log, cores, job_type)
     command = [
         sys.executable, "-m", "clustertwin.runtime.gavel.profile",
         "--job-type", job_type,
@@ -548,6 +579,35 @@ def _start_background(
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             preexec_fn=pin_child(cores),
+        )
+    return Background(worker_type, job_type, process, ready, log)
+
+
+def _start_program_background(
+    program: dict[str, object],
+    worker_type: str,
+    worker: RealWorker,
+    threads: int,
+    ready: Path,
+    log: Path,
+    cores: Collection[int] | None,
+    job_type: str,
+) -> Background:
+    """A user's program as a background job: one lease that never ends, no checkpoint, ``ready`` written
+    once it has trained ``runtime.job.READY_STEPS`` steps; it dies with the profiler."""
+    lease = {
+        "CLUSTERTWIN_TOTAL_STEPS": str(_BACKGROUND_STEPS), "CLUSTERTWIN_LEASE_STEPS": str(_BACKGROUND_STEPS),
+        "CLUSTERTWIN_LEASE_SECONDS": repr(float(_BACKGROUND_STEPS)), "CLUSTERTWIN_READY": str(ready),
+    }  # fmt: skip
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            job_command(program, 1, worker.device, 0),
+            cwd=program["cwd"],  # type: ignore[arg-type]
+            env=program_env(program, worker, threads, [], lease),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=job_preexec(None if cores is None else frozenset(cores)),
         )
     return Background(worker_type, job_type, process, ready, log)
 
@@ -641,24 +701,29 @@ def measure(
     repeats: int = 1,
     cores: Collection[int] | None = None,
     placement: Callable[[int], contextlib.AbstractContextManager[Collection[int] | None]] | None = None,
+    program: dict[str, object] | None = None,
 ) -> ProfileRow:
     """Warm-up lease, then ``repeats`` measured leases (``seconds`` of training if given, else ``steps``
     steps), each a process of its own resuming where the last one saved, of one job on one worker type
     (on ``cores`` only, when given; measured lease r on the cores that ``placement(r)``, a context held
-    for the lease, yields, when given). The row is the measured lease of the median throughput (the
-    lower middle one for an even count)."""
+    for the lease, yields, when given). ``program``: the user's program of the job type (:func:`programs`),
+    else the bundled stand-in runs. The row is the measured lease of the median throughput (the lower
+    middle one for an even count)."""
     workdir.mkdir(parents=True, exist_ok=True)
     what = f"{job_type} x{scale_factor} on {worker_type}"
     total = warmup_steps + repeats * steps if seconds is None else _OPEN_ENDED
     lease = (job_type, scale_factor, worker, threads, workdir)
-    warmup = _checked(run_job_lease(*lease, warmup_steps, total, seed, cores=cores), 0, warmup_steps, what)
+    warmup = run_job_lease(*lease, warmup_steps, total, seed, cores=cores, program=program)
+    warmup = _checked(warmup, 0, warmup_steps, what)
     rows, start = [], warmup_steps
     for r in range(repeats):
         with contextlib.nullcontext(cores) if placement is None else placement(r) as lease_cores:
             if seconds is None:
-                run = run_job_lease(*lease, steps, total, seed, cores=lease_cores)
+                run = run_job_lease(*lease, steps, total, seed, cores=lease_cores, program=program)
             else:
-                run = run_job_lease(*lease, _OPEN_ENDED, total, seed, max_seconds=seconds, cores=lease_cores)
+                run = run_job_lease(
+                    *lease, _OPEN_ENDED, total, seed, max_seconds=seconds, cores=lease_cores, program=program
+                )
         report = _checked(run, start, steps if seconds is None else None, what)
         trained = int(report["end_step"]) - start
         start = int(report["end_step"])
@@ -726,11 +791,17 @@ def run_job_lease(
     seed: int,
     max_seconds: float = _LEASE_SECONDS,
     cores: Collection[int] | None = None,
+    program: dict[str, object] | None = None,
 ) -> LeaseRun:
     """Start the job process for one lease (torchrun with ``scale_factor`` ranks when > 1, on ``cores``
-    only when given) and wait."""
+    only when given) and wait: the bundled stand-in of ``job_type``, or the user's ``program``
+    (:func:`programs`), told its lease by its environment (``runtime.job``) as an agent tells it."""
     report_path = workdir / "report.json"
     report_path.unlink(missing_ok=True)  # a stale report must not pass for this lease's
+    if program is not None:
+        return _run_program_lease(
+            program, scale_factor, worker, threads, workdir, max_steps, total_steps, max_seconds, cores
+        )
     job_args = [
         "-m", "clustertwin.runtime.gavel.job_main",
         "--job-type", job_type,
@@ -766,13 +837,68 @@ def run_job_lease(
             f"{job_type} x{scale_factor}: the job process ran past {_PROCESS_TIMEOUT_S} s"
         ) from None
     wall_s = time.perf_counter() - started
+    return _lease_run(done, report_path, f"{job_type} x{scale_factor} on {worker.device}", wall_s)
+
+
+def _lease_run(done: subprocess.CompletedProcess, report_path: Path, what: str, wall_s: float) -> LeaseRun:
     if done.returncode != 0 or not report_path.is_file():
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
         raise ProfileError(
-            f"{job_type} x{scale_factor} on {worker.device}: the job process exited with status"
+            f"{what}: the job process exited with status"
             f" {done.returncode}{'' if report_path.is_file() else ' and wrote no report'}:\n{tail}"
         )
     return LeaseRun(json.loads(report_path.read_text()), wall_s)
+
+
+def program_env(
+    program: dict[str, object], worker: RealWorker, threads: int, gpus: Sequence[int], lease: dict[str, str]
+) -> dict[str, str]:
+    """A user program's environment, as an agent gives it (``runtime.gavel.agent``): the job's own
+    variables, the heap tunables and threads, its worker type's device and slowdown, only ``gpus``
+    visible, and ``lease``'s job-API variables (``runtime.job``); no control channel."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CLUSTERTWIN_")}
+    env = training_env({**base, **program["env"]}, threads=threads)  # type: ignore[dict-item]
+    env |= {
+        "CLUSTERTWIN_DEVICE": worker.device,
+        "CLUSTERTWIN_SLOWDOWN": repr(float(worker.slowdown)),
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
+        **lease,
+    }
+    return env
+
+
+def _run_program_lease(
+    program: dict[str, object],
+    scale_factor: int,
+    worker: RealWorker,
+    threads: int,
+    workdir: Path,
+    max_steps: int,
+    total_steps: int,
+    max_seconds: float,
+    cores: Collection[int] | None,
+) -> LeaseRun:
+    report_path = workdir / "report.json"
+    gpus = (worker.cuda_devices or [])[:scale_factor] if worker.device == "cuda" else []
+    lease = {
+        "CLUSTERTWIN_CHECKPOINT": str(workdir / "checkpoint.pt"), "CLUSTERTWIN_REPORT": str(report_path),
+        "CLUSTERTWIN_LEASE_STEPS": str(max_steps), "CLUSTERTWIN_LEASE_SECONDS": repr(float(max_seconds)),
+        "CLUSTERTWIN_TOTAL_STEPS": str(total_steps),
+    }  # fmt: skip
+    command = job_command(program, scale_factor, worker.device, 0)
+    what = f"{shlex.join(program['command'])} x{scale_factor} on {worker.device}"  # type: ignore[arg-type]
+    env = program_env(program, worker, threads, gpus, lease)
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, cwd=program["cwd"], env=env, capture_output=True, text=True,  # type: ignore[arg-type]
+            timeout=_PROCESS_TIMEOUT_S, preexec_fn=pin_child(cores),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ProfileError(f"{what}: the job process ran past {_PROCESS_TIMEOUT_S} s") from None
+    except OSError as err:
+        raise ProfileError(f"{what}: the job's command could not start: {err}") from None
+    return _lease_run(done, report_path, what, time.perf_counter() - started)
 
 
 def _job_env() -> dict[str, str]:
