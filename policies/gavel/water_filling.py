@@ -27,14 +27,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput
 from clustertwin.policies.gavel.symmetric import symmetric_allocation
 from clustertwin.policies.registry import register
+
+if TYPE_CHECKING:
+    import cvxpy as cp
 
 # The bottleneck test's margin, relative and absolute; the artifact uses the same magnitudes (1.0001, 1e-5).
 RISE_REL = 1e-4
@@ -132,6 +134,8 @@ class WaterFilling:
         feasible = (tput > 0) & fits
         self._runnable = feasible.any(axis=1) & (tau_eq > 0)
 
+        import cvxpy as cp  # only water filling needs it: the registry's import stays light
+
         self._x = cp.Variable((n, k), nonneg=True)
         tau_hat = cp.sum(cp.multiply(self._norm, self._x), axis=1)
         time_share = cp.sum(self._x, axis=1)
@@ -187,6 +191,8 @@ class WaterFilling:
 
     def solve(self, reweight: Reweighting) -> list[WaterFillingIteration]:
         """Run water filling to the end: until every job is frozen or no job holds weight."""
+        import cvxpy as cp
+
         n = self._inp.n
         sf = np.asarray(self._inp.scale_factors, dtype=float)
         # Jobs that can run nowhere start frozen at 0, so their weight flows to their entity's other jobs.
