@@ -31,13 +31,9 @@ def runs_of(claim: Claim, quick: bool) -> dict[str, list[Spec]]:
     variant = claim.quick if quick else claim.full
     scenario = str(claim.scenario_path())
     common = list(claim.full.set) + (list(claim.quick.set) if quick else [])
-    arms = {
-        "baseline": claim.baseline + variant.baseline,
-        "treatment": claim.treatment + variant.treatment,
-    }
     return {
-        arm: [Spec(scenario, tuple(common + extra + [f"seed={seed}"])) for seed in variant.seeds]
-        for arm, extra in arms.items()
+        arm: [Spec(scenario, tuple(common + list(extra) + [f"seed={seed}"])) for seed in variant.seeds]
+        for arm, extra in (("baseline", claim.baseline), ("treatment", claim.treatment))
         if arm == "treatment" or claim.measure == "ratio"
     }
 

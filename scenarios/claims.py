@@ -37,8 +37,6 @@ class Variant(BaseModel):
 
     set: list[str] = Field(default_factory=list)  # --set overrides on top of the claim's
     seeds: list[int] = Field(default_factory=lambda: [0])
-    baseline: list[str] = Field(default_factory=list)  # overrides after the claim's own baseline ones
-    treatment: list[str] = Field(default_factory=list)  # overrides after the claim's own treatment ones
     note: str = ""  # how this variant's point departs from the claim's stated setup
     skip: str = ""  # why this variant cannot judge the claim honestly: it is reported, not judged
 
