@@ -16,7 +16,7 @@ The claim holds when ours lies in ``accept``; without ``accept`` it is reported 
 metrics of the treatment run printed beside the claim. A ``quick`` variant adds overrides that shrink
 the run for CI; its ``note`` (printed beside the claim) says how the quick point departs from the
 claim's stated setup. A claim whose physics no lighter point keeps says so in ``quick.skip``: ``--quick``
-reports it as not judged, with that reason, and the full run judges it.
+reports it as not judged, with that reason; the full run still runs it.
 """
 
 from __future__ import annotations

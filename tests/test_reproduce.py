@@ -194,3 +194,17 @@ claims:
     monkeypatch.setattr(claims, "CLAIMS_DIR", tmp_path / "claims")
     assert main(["reproduce", "bad", "--quick", "--out", str(tmp_path / "out")]) == 2
     assert "unmeasured" in capsys.readouterr().err
+
+
+def test_only_the_quick_variant_may_skip_a_claim(tmp_path: Path, monkeypatch, capsys) -> None:
+    (tmp_path / "small.yaml").write_text(SMALL)
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "bad.yaml").write_text(f"""\
+paper: test
+claims:
+  - {{id: x, claim: c, source: s, paper: 1.0, scenario: {tmp_path / "small.yaml"}, metric: avg_jct_s,
+     accept: [1.0, 2.0], why: w, full: {{skip: too slow}}}}
+""")
+    monkeypatch.setattr(claims, "CLAIMS_DIR", tmp_path / "claims")
+    assert main(["reproduce", "bad", "--out", str(tmp_path / "out")]) == 2
+    assert "full.skip" in capsys.readouterr().err
