@@ -110,7 +110,7 @@ def print_claims(rows: Sequence[ClaimRow], title: str, name: str) -> None:
     for column in ("claim", "paper", "ours", "accept", "holds"):
         table.add_column(column, justify="left" if column == "claim" else "right")
     for r in rows:
-        ours = r.fmt.format(r.ours)
+        ours = "-" if math.isnan(r.ours) else r.fmt.format(r.ours)  # not measured or not judged here
         if r.per_seed is not None and len(r.per_seed) > 1:
             ours += f" ± {r.fmt.format(statistics.stdev(r.per_seed))}"
         paper = r.fmt.format(r.paper) if isinstance(r.paper, int | float) else r.paper
@@ -146,8 +146,7 @@ def markdown_section(data: dict[str, object]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in claims:
-        ours = f"{c['ours']:.4g}" if isinstance(c["ours"], int | float) else str(c["ours"])
-        paper = f"{c['paper']:.4g}" if isinstance(c["paper"], int | float) else str(c["paper"])
+        ours, paper = _number(c["ours"]), _number(c["paper"])
         accept = "reported" if c["accept"] is None else f"[{c['accept'][0]:.4g}, {c['accept'][1]:.4g}]"
         holds = "-" if c["holds"] is None else ("yes" if c["holds"] else "**no**")
         if not c["gated"] and c["holds"] is not None:
@@ -169,6 +168,13 @@ def update_markdown(path: Path, data: dict[str, object]) -> Path:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     return write_text(path, text)
+
+
+def _number(value: object) -> str:
+    """A saved number as the Markdown table shows it; NaN (not measured, or not judged here) as "-"."""
+    if isinstance(value, int | float):
+        return "-" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
 
 
 def _band(row: ClaimRow) -> str:

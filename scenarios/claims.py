@@ -14,7 +14,9 @@ what ours is (``measure``):
 
 The claim holds when ours lies in ``accept``; without ``accept`` it is reported only. ``show`` names
 metrics of the treatment run printed beside the claim. A ``quick`` variant adds overrides that shrink
-the run for CI.
+the run for CI; its ``note`` (printed beside the claim) says how the quick point departs from the
+claim's stated setup. A claim whose physics no lighter point keeps says so in ``quick.skip``: ``--quick``
+reports it as not judged, with that reason; the full run still runs it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class Variant(BaseModel):
 
     set: list[str] = Field(default_factory=list)  # --set overrides on top of the claim's
     seeds: list[int] = Field(default_factory=lambda: [0])
+    note: str = ""  # how this variant's point departs from the claim's stated setup
+    skip: str = ""  # why this variant cannot judge the claim honestly: it is reported, not judged
 
 
 class Claim(BaseModel):
@@ -72,6 +76,8 @@ class Claim(BaseModel):
             raise ValueError("a computed claim names its measure in metric")
         if self.measure == "unmeasured" and self.accept is not None:
             raise ValueError("an unmeasured claim has no acceptance band: it is reported with its why")
+        if self.full.skip:
+            raise ValueError("the full run judges every claim it can measure: full.skip is for quick only")
         return self
 
     @property
