@@ -1,0 +1,143 @@
+"""Space sharing and a market fleet for real: two jobs on one worker slot in a round, their measured rates
+reaching the scheduler's pair estimate; a spot instance that the price trace takes away (warning, then
+termination) and gives back, its jobs checkpointed and rescheduled, the fleet billed by the simulator's
+code. Tiny CPU jobs, rounds of a few seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from clustertwin.sim.gavel.setup import build
+
+from clustertwin.errors import InputError
+from tests.test_gavel_real_policies import LM, REC, market_scenario, pair_table, tiny
+from tests.test_runtime_gavel import check_steps_conserved
+
+
+def test_a_market_runs_for_real_only_in_wall_clock_time_and_with_local_agents(tmp_path: Path) -> None:
+    from clustertwin.runtime.gavel.run import refuse_unsupported
+
+    refuse_unsupported(market_scenario(tmp_path))  # accepted as it is
+    with pytest.raises(InputError, match="field real.time_scale"):
+        refuse_unsupported(market_scenario(tmp_path, "real.time_scale=2.0"))
+    with pytest.raises(InputError, match="field real.agents"):
+        refuse_unsupported(market_scenario(tmp_path, "real.agents=remote"))
+
+
+def test_the_real_fleet_is_billed_by_the_simulators_code(tmp_path: Path) -> None:
+    """Both executors bill the fleet through ``scenarios.gavel_fleet``: the real backend's billing and
+    eviction tables, at a given end, are the simulator's for the same scenario."""
+    pytest.importorskip("torch")
+    from clustertwin.runtime.gavel.run import RealGavel
+
+    scenario = market_scenario(tmp_path)
+    real = RealGavel(scenario, tmp_path / "work")
+    sim = build(scenario)
+    assert real.market is not None and sim.market is not None
+    for end in (3.0, 9.5, 40.0):
+        real.end_s = end
+        mine, theirs = real._tables(), sim.market.tables(end)
+        for name in ("billing", "evictions"):
+            pd.testing.assert_frame_equal(mine[name], theirs[name])
+    assert mine["evictions"]["terminated_s"].tolist() == [7.0]  # warned at 4 s, 3 s of warning
+
+
+def _recording(real) -> list[tuple]:
+    """Every pair observation the scheduler receives: (jobs, type, measured, believed before, after)."""
+    sched = real.scheduler
+    seen: list[tuple] = []
+    observe = sched.observe_pair
+
+    def recording(jobs, worker_type, measured, smoothing):
+        a, b = (sched.jobs[m].spec for m in jobs)
+        before = sched._pair_throughputs(a, b)
+        observe(jobs, worker_type, measured, smoothing)
+        after = sched._pair_throughputs(a, b)
+        seen.append((tuple(jobs), worker_type, tuple(measured), smoothing, before, after))
+
+    sched.observe_pair = recording  # type: ignore[method-assign]
+    return seen
+
+
+def test_space_sharing_runs_two_jobs_on_one_slot_and_their_rates_reach_the_pair_estimate(
+    tmp_path: Path,
+) -> None:
+    """One cpu slot, two jobs, a space-sharing LAS: a round places both on the slot (two processes); each
+    reports its own rate while they share it, and the pair's throughputs the policy plans with move to
+    the measured ones (the simulator's ``observe_pair``)."""
+    pytest.importorskip("torch")
+    from clustertwin.runtime.gavel.run import RealGavel
+
+    scenario = tiny(
+        tmp_path,
+        f"throughputs={pair_table(tmp_path / 'pairs.json')}",
+        "cluster.gpus={cpu: 1, cpu_slow: 0}",
+        "cluster.gpus_per_server=1",
+        "policy.params={space_sharing: true}",
+    )
+    real = RealGavel(scenario, tmp_path / "work")
+    seen = _recording(real)
+    tables = real.run().tables
+    rounds = tables["rounds"]
+    check_steps_conserved(tables["jobs"], rounds)
+    shared = rounds[rounds["shared_with"] >= 0]
+    first = shared[shared["round"] == shared["round"].min()]
+    assert set(first["job_id"]) == {0, 1} and set(first["shared_with"]) == {0, 1}
+    assert (first["steps"] > 0).all()
+    # The measured pair reached the scheduler: what it plans with is the blend of what it believed and
+    # what the two processes measured side by side.
+    assert seen, "no shared round was observed"
+    jobs, j, measured, smoothing, before, after = seen[0]
+    assert jobs == (0, 1) and real.layout.worker_types[j] == "cpu"
+    assert all(rate > 0 for rate in measured)
+    expected = smoothing * np.asarray(measured) + (1 - smoothing) * before[j]
+    assert after[j] == pytest.approx(expected)
+    assert not np.allclose(after[j], before[j])  # the table's made-up pair is not what ran
+
+
+@pytest.mark.slow  # about 20 s on an idle 2-core machine, most of it process start-up
+def test_a_spot_instance_is_warned_terminated_and_back_and_no_step_is_lost_or_counted_twice(
+    tmp_path: Path,
+) -> None:
+    """The cpu instance's price rises above its bid at 3 s (its warning) and it is terminated at 5 s; it
+    is back at 9 s. A job on it saves its checkpoint at the warning and goes on elsewhere from there; no
+    round starts on the instance while it is away; every step is counted once; the bill is what the
+    simulator's billing computes for the same fleet up to the run's end."""
+    pytest.importorskip("torch")
+    from clustertwin.runtime.gavel.run import RealGavel
+
+    up, warning, back = 3.0, 2.0, 9.0
+    scenario = market_scenario(
+        tmp_path, f"market.warning_s={warning}", up_s=up, back_s=back, jobs=[(LM, 600), (REC, 1500)]
+    )
+    real = RealGavel(scenario, tmp_path / "work")
+    tables = real.run().tables
+    rounds, events = tables["rounds"], tables["events"]
+    check_steps_conserved(tables["jobs"], rounds)
+    assert (rounds["steps"] >= 0).all()  # a job restarted short of its checkpoint would make "negative" steps
+    when = events.groupby("kind")["time_s"].min()
+    assert up <= when["warned"] < up + warning <= when["evicted"]
+    assert tables["evictions"]["terminated_s"].tolist() == [up + warning]
+    on_spot = rounds[rounds["spot"]]
+    assert not ((on_spot["start_s"] >= up) & (on_spot["start_s"] < back)).any()
+    if "instance_back" in when:  # the run lasted until the trace gave the instance back
+        assert when["instance_back"] >= back
+    # The jobs on the instance at its warning were told to save; each left it, losing only the steps it
+    # had not saved by the termination (taken back from its rounds), and trained on afterwards.
+    warned = events[events["kind"] == "preempt"]
+    assert len(warned), "no job was on the instance at its warning"
+    preempted = tables["preemptions"]
+    assert set(preempted["job_id"]) == set(warned["job_id"])
+    rolled = events[events["kind"] == "rolled_back"]
+    for row in preempted.itertuples():
+        taken = rolled.loc[rolled["job_id"] == row.job_id, "detail"].str.split().str[0].astype(float)
+        assert row.lost_steps <= taken.sum()
+        assert (rounds.loc[rounds["job_id"] == row.job_id, "start_s"] >= up).any()
+    # The same bill as the simulator's code gives for this fleet over the run.
+    end = float(tables["billing"]["end_s"].max())
+    billed = build(scenario).market.tables(end)
+    pd.testing.assert_frame_equal(tables["billing"], billed["billing"])
+    assert tables["billing"]["cost_usd"].sum() > 0
