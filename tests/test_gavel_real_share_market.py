@@ -45,6 +45,41 @@ def test_the_real_fleet_is_billed_by_the_simulators_code(tmp_path: Path) -> None
     assert mine["evictions"]["terminated_s"].tolist() == [7.0]  # warned at 4 s, 3 s of warning
 
 
+def test_a_verdict_before_the_lease_is_over_ends_it_and_the_job_saves(tmp_path: Path) -> None:
+    """The eviction warning's path in the job API: the scheduler posts the stop verdict while the lease
+    still has a minute to go; the job ends the lease at once, reports it, saves its checkpoint and says
+    so."""
+    torch = pytest.importorskip("torch")
+    import threading
+    import time
+
+    from clustertwin.runtime.gavel.control import ControlClient, ControlServer, job_token, new_secret
+    from clustertwin.runtime.job import Job, Session
+
+    secret = new_secret()
+    server = ControlServer("127.0.0.1", 0, secret)
+    key = "job/0/0"
+    client = ControlClient(server.address, job_token(secret, key), job=key)
+    session = Session(
+        checkpoint=tmp_path / "c.pt", lease_steps=10**6, lease_seconds=60.0, control=(client, key)
+    )
+    model = torch.nn.Linear(1, 1)
+    job = Job(10**6, model, session=session)
+    threading.Timer(0.5, server.put, (f"{key}/lease/1", {"stop": True})).start()
+    started = time.monotonic()
+    try:
+        for _ in job:
+            time.sleep(0.01)
+    finally:
+        client.close()
+        server.close()
+    assert time.monotonic() - started < 10.0
+    report = server.get(f"{key}/report/0")
+    assert 0 < report["end_step"] < 10**6 and not report["saved"]
+    assert server.get(f"{key}/saved") == report["end_step"] == job.step
+    assert torch.load(tmp_path / "c.pt", weights_only=True)["step"] == job.step
+
+
 def _recording(real) -> list[tuple]:
     """Every pair observation the scheduler receives: (jobs, type, measured, believed before, after)."""
     sched = real.scheduler
