@@ -119,9 +119,9 @@ def test_space_sharing_runs_two_jobs_on_one_slot_and_their_rates_reach_the_pair_
     rounds = tables["rounds"]
     check_steps_conserved(tables["jobs"], rounds)
     shared = rounds[rounds["shared_with"] >= 0]
-    first = shared[shared["round"] == shared["round"].min()]
-    assert set(first["job_id"]) == {0, 1} and set(first["shared_with"]) == {0, 1}
-    assert (first["steps"] > 0).all()
+    assert set(shared["job_id"]) == {0, 1} and set(shared["shared_with"]) == {0, 1}
+    trained = shared[shared["steps"] > 0].groupby("round")["job_id"].nunique()
+    assert (trained == 2).any(), "no round in which both jobs trained side by side"
     # The measured pair reached the scheduler: what it plans with is the blend of what it believed and
     # what the two processes measured side by side.
     assert seen, "no shared round was observed"
