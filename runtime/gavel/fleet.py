@@ -9,7 +9,9 @@ not (``welcome/``) and the scheduler goes on waiting. Agents that do not come wi
 starts their agents.
 
 A lost agent (a dead machine) is replaced: a local one is started again; for a remote one the scheduler
-waits for another agent of its type (a replacement machine) within the same timeout.
+waits for another agent of its type (a replacement machine) within the same timeout. On a ``market:``
+fleet each server is one instance: its agent is killed when the price trace terminates the instance
+(:meth:`Fleet.terminate`) and started again when the trace gives it back.
 """
 
 from __future__ import annotations
