@@ -176,3 +176,21 @@ def test_a_spot_instance_is_warned_terminated_and_back_and_no_step_is_lost_or_co
     billed = build(scenario).market.tables(end)
     pd.testing.assert_frame_equal(tables["billing"], billed["billing"])
     assert tables["billing"]["cost_usd"].sum() > 0
+
+
+def test_the_bundled_market_scenario_runs_in_simulation_and_is_accepted_for_real(tmp_path: Path) -> None:
+    """``scenarios/gavel-market-real-cpu.yaml``: its spot instance is evicted once in the run and comes
+    back (the simulated replay says when); the real backend takes the scenario as it is."""
+    pytest.importorskip("torch")
+    from clustertwin.runtime.gavel.run import RealGavel
+    from clustertwin.scenarios.load import load_scenario
+
+    scenario = load_scenario(Path(__file__).resolve().parents[1] / "scenarios/gavel-market-real-cpu.yaml")
+    tables = build(scenario).run()
+    assert tables["jobs"]["completion_s"].notna().all()
+    evictions = tables["evictions"]
+    assert len(evictions) == 1 and evictions["terminated_s"].iloc[0] < tables["jobs"]["completion_s"].max()
+    assert (tables["billing"]["worker"] == "cpu/spot/0").sum() == 2  # evicted, then granted again
+    real = RealGavel(scenario, tmp_path / "work")
+    assert real.market is not None and len(real.market.workers) == 3
+    assert all("builtin" in entry for entry in real.catalog.values())
