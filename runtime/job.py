@@ -16,7 +16,8 @@ when given, and saving there at the end). Started by a ``clustertwin agent``, th
 lease (at most so many steps and seconds), the checkpoint and the control channel: at each lease's end the
 job reports its steps and throughput and waits for the scheduler's verdict, a new lease (train on from
 memory: Gavel's lease renewal) or stop (save the checkpoint and leave the loop). A job that reaches its
-total steps saves and leaves the loop by itself.
+total steps saves and leaves the loop by itself. A verdict that comes before the lease is over ends the
+lease at once: that is how the scheduler asks for a checkpoint now (a spot instance's eviction warning).
 
 State is either objects with ``state_dict``/``load_state_dict`` (a model, an optimizer, a scheduler, by
 name) or a pair of callables (``save() -> dict``, ``load(dict)``). The checkpoint is one file holding the
@@ -57,6 +58,7 @@ ENV_READY = "CLUSTERTWIN_READY"
 # A job given a ready file writes it once it has trained this many steps: its one-time costs are behind
 # it and it loads the host as it will go on doing (the profiler's background jobs).
 READY_STEPS = 2
+CUT_POLL_S = 0.25  # how often a lease looks whether the scheduler has ended it early
 
 
 class Stateful(Protocol):
@@ -184,6 +186,7 @@ class Job:
         self.step = 0
         self.saved_step = 0
         self.leases: list[LeaseSummary] = []  # what each lease of this process did
+        self._next_look = 0.0  # when rank 0 next looks for an early verdict (``_cut_short``)
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -242,7 +245,7 @@ class Job:
         lease_steps = session.lease_steps if session.lease_steps is not None else self.total_steps
         lease_seconds, n = session.lease_seconds, 0
         while True:
-            summary = yield from self._lease(lease_steps, lease_seconds, load_s if n == 0 else 0.0)
+            summary = yield from self._lease(n, lease_steps, lease_seconds, load_s if n == 0 else 0.0)
             final = self.finished or session.report is not None or not session.scheduled
             if final:
                 summary = replace(summary, save_s=self.save())
@@ -260,11 +263,12 @@ class Job:
                 return
             lease_steps, lease_seconds = int(verdict["max_steps"]), float(verdict["max_seconds"])
 
-    def _lease(self, max_steps: int, max_seconds: float, load_s: float) -> Iterator[int]:
+    def _lease(self, n: int, max_steps: int, max_seconds: float, load_s: float) -> Iterator[int]:
         start = self.step
         limit = min(self.total_steps, start + max_steps)
         started = time.perf_counter()
         window: tuple[int, float] | None = None
+        self._next_look = started + CUT_POLL_S
         while self.step < limit:
             step_started = time.perf_counter()
             if window is None and step_started - started >= max_seconds / 2:
@@ -276,11 +280,20 @@ class Job:
                 time.sleep((self.session.slowdown - 1.0) * (time.perf_counter() - step_started))
             if self.step - start == READY_STEPS and self.session.ready is not None and self.rank == 0:
                 write_text(self.session.ready, f"{os.getpid()}\n")
-            if self._lease_over(time.perf_counter() - started >= max_seconds):
+            if self._lease_over(time.perf_counter() - started >= max_seconds or self._cut_short(n)):
                 break
         ended = time.perf_counter()
         first, opened = window if window is not None else (self.step, ended)
         return LeaseSummary(start, self.step, ended - started, load_s, 0.0, self.step - first, ended - opened)
+
+    def _cut_short(self, n: int) -> bool:
+        """Whether the scheduler has already given its verdict on lease ``n + 1`` (rank 0, which alone
+        talks to it, looks every ``CUT_POLL_S`` seconds: a step costs no round trip)."""
+        if self.session.control is None or time.perf_counter() < self._next_look:
+            return False
+        self._next_look = time.perf_counter() + CUT_POLL_S
+        client, key = self.session.control
+        return client.has(f"{key}/lease/{n + 1}")
 
     def _lease_over(self, local: bool) -> bool:
         """Rank 0's clock decides; every rank learns the decision at the same step."""

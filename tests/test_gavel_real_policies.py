@@ -1,6 +1,7 @@
 """Every Gavel policy input reaches both executors: prices, a budget and entity weights, built once
-(``scenarios.gavel_scheduler``); settings a backend cannot honour (space sharing and a market fleet, for
-real) are refused by field. The real runs use tiny CPU jobs (two short jobs, rounds of a few seconds)."""
+(``scenarios.gavel_scheduler``); settings a backend cannot honour are refused by field. The real runs use
+tiny CPU jobs (two short jobs, rounds of a few seconds). Space sharing and a market fleet for real:
+``test_gavel_real_share_market.py``."""
 
 from __future__ import annotations
 
@@ -70,16 +71,8 @@ def test_settings_the_real_backend_cannot_honour_are_refused_by_field(tmp_path: 
 
     with pytest.raises(InputError, match="field mechanism.ideal"):
         refuse_unsupported(tiny(tmp_path, "mechanism.ideal=true"))
-    with pytest.raises(InputError, match="field market"):
-        refuse_unsupported(market_scenario(tmp_path))
-    pytest.importorskip("torch")
-    from clustertwin.runtime.gavel.run import RealGavel
-
-    sharing = tiny(
-        tmp_path, f"throughputs={pair_table(tmp_path / 'pairs.json')}", "policy.params={space_sharing: true}"
-    )
-    with pytest.raises(InputError, match="field policy"):
-        RealGavel(sharing, tmp_path / "work")
+    with pytest.raises(InputError, match="field real"):
+        refuse_unsupported(load_scenario(ROOT / "scenarios/gavel-default.yaml"))
 
 
 # --- simulation: the budget reaches makespan_budget ------------------------------------------------
@@ -204,7 +197,7 @@ def test_a_measured_pair_replaces_the_oracle_in_what_the_policy_plans_with(tmp_p
     assert after[0].tolist() == pytest.approx([(50.0 + before[0, 1]) / 2, (20.0 + before[0, 0]) / 2])
 
 
-# --- a market fleet (refused for real) ----------------------------------------------------------------------
+# --- a market fleet ---------------------------------------------------------------------------------------
 
 
 def market_files(tmp_path: Path, up_s: float, back_s: float) -> tuple[Path, Path]:

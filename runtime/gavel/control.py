@@ -39,7 +39,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
@@ -124,10 +124,8 @@ class ControlServer:
         with self._lock:
             return sorted(k for k in self._values if k.startswith(prefix))
 
-    def wait_for(
-        self, keys: list[str], deadline: float, given_up: Callable[[str], bool] | None = None
-    ) -> dict[str, Any]:
-        return _wait_for(self, keys, deadline, given_up)
+    def wait_for(self, keys: list[str], deadline: float) -> dict[str, Any]:
+        return _wait_for(self, keys, deadline)
 
     def close(self) -> None:
         self._closed = True
@@ -275,27 +273,14 @@ class ControlClient:
         self._conn.close()
 
 
-def _wait_for(
-    store: ControlServer | ControlClient,
-    keys: list[str],
-    deadline: float,
-    given_up: Callable[[str], bool] | None = None,
-) -> dict[str, Any]:
-    """The values of ``keys`` that appear before ``deadline`` (a ``time.monotonic`` instant); a key for
-    which ``given_up`` turns true is no longer waited for."""
+def _wait_for(store: ControlServer | ControlClient, keys: list[str], deadline: float) -> dict[str, Any]:
+    """The values of ``keys`` that appear before ``deadline`` (a ``time.monotonic`` instant)."""
     found: dict[str, Any] = {}
-    dropped: set[str] = set()
     while True:
         for key in keys:
-            if key in found:
-                continue
-            # asked before looking: a client's last write lands before it is given up on
-            gone = given_up is not None and given_up(key)
-            if store.has(key):
+            if key not in found and store.has(key):
                 found[key] = store.get(key)
-            elif gone:
-                dropped.add(key)
-        if len(found) + len(dropped) == len(keys) or time.monotonic() >= deadline:
+        if len(found) == len(keys) or time.monotonic() >= deadline:
             return found
         time.sleep(POLL_S)
 

@@ -9,7 +9,9 @@ not (``welcome/``) and the scheduler goes on waiting. Agents that do not come wi
 starts their agents.
 
 A lost agent (a dead machine) is replaced: a local one is started again; for a remote one the scheduler
-waits for another agent of its type (a replacement machine) within the same timeout.
+waits for another agent of its type (a replacement machine) within the same timeout. On a ``market:``
+fleet each server is one instance: its agent is killed when the price trace terminates the instance
+(:meth:`Fleet.terminate`) and started again when the trace gives it back.
 """
 
 from __future__ import annotations
@@ -172,14 +174,19 @@ class Fleet:
                     " joined (see its message above)"
                 )
 
-    def replace(self, agent: Agent, first_round: int) -> None:
-        """A lost agent (a dead node) is replaced for the next round, as a replaced machine would be."""
+    def terminate(self, agent: Agent) -> None:
+        """The agent's machine is gone (a lost node, or a market instance terminated): a local agent is
+        killed, and its job processes die with it (parent-death signal)."""
         if agent.process is not None and agent.process.poll() is None:
             agent.process.kill()
             agent.process.wait()
         agent.present = False
         self.control.delete(f"ready/{agent.name}")
         self.control.delete(f"start/{agent.name}")
+
+    def replace(self, agent: Agent, first_round: int) -> None:
+        """A lost agent (a dead node) is replaced for the next round, as a replaced machine would be."""
+        self.terminate(agent)
         if self.local:
             self._start_local(agent)
         else:

@@ -24,6 +24,18 @@ A job spans servers when the plan places it so (torchrun's c10d rendezvous acros
 process fails ``real.max_tries`` times is given up (``job_abandoned``) and the run goes on without it.
 After every round the run's state is journalled beside its tables (``runtime.gavel.journal``): a scheduler
 killed part-way continues with ``--resume`` from the last round, every job from its last checkpoint.
+
+The scheduler, with its prices, budget, entity weights, the pair throughputs space sharing plans with and
+the market, is built by ``scenarios.gavel_scheduler.setup``, as for the simulator. Two jobs sharing a
+device (space sharing, [Narayanan] §5.3.1) run as two processes on the same slots, each under its own
+lease; their measured rates feed the pair's estimate (``GavelScheduler.observe_pair``), as the simulator's
+do. On a ``market:`` fleet (``scenarios.gavel_fleet``) each instance is one server's agent and the fleet
+follows the price trace in wall-clock seconds from the run's start: the scheduler sees only the instances
+usable now; at an instance's eviction warning the jobs on it are told to save their checkpoints at once
+(their lease is cut short) and are rescheduled elsewhere; at its termination its agent is killed with
+whatever still runs there (which resumes from its checkpoint), and it is started again when the trace
+gives the instance back. The bill is the fleet's, computed by the simulator's code (``MarketHook.tables``,
+``policies.spot.billing``).
 """
 
 from __future__ import annotations
@@ -41,9 +53,10 @@ from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.lease_time import LeaseTime
 from clustertwin.policies.gavel.scheduler import ONLINE_SMOOTHING, GavelScheduler, JobSpec, RoundPlan
 from clustertwin.runtime.gavel.agent import BUILTIN
-from clustertwin.runtime.gavel.control import SECRET_ENV, ControlServer, new_secret, read_secret
+from clustertwin.runtime.gavel.control import POLL_S, SECRET_ENV, ControlServer, new_secret, read_secret
 from clustertwin.runtime.gavel.fleet import Agent, Fleet
 from clustertwin.runtime.gavel.journal import Journal
+from clustertwin.scenarios.gavel_fleet import MarketHook
 from clustertwin.scenarios.gavel_scheduler import setup
 from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table, trace_jobs
@@ -52,7 +65,8 @@ from clustertwin.scenarios.results import GAVEL_TABLES, RunResult
 from clustertwin.atomic import write_parquet
 from clustertwin.errors import InputError
 
-ROW_JOB, ROW_STEPS = 3, 8  # columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"])
+# Columns of a rounds row (scenarios.results.GAVEL_TABLES["rounds"]).
+ROW_START, ROW_END, ROW_JOB, ROW_GPUS, ROW_STEPS = 1, 2, 3, 5, 8
 
 
 def refuse_unsupported(scenario: Scenario) -> None:
@@ -66,10 +80,17 @@ def refuse_unsupported(scenario: Scenario) -> None:
             "the ideal mechanism (exact time fractions, no rounds) exists only in simulation; real jobs run"
             " in rounds (mechanism.ideal: false)",
         )
-    if scenario.market is not None:
+    if scenario.market is not None and scenario.real.time_scale != 1.0:
         raise InputError(
-            f"{where}: field market",
-            "a market fleet runs in simulation only; for real, give the cluster's fixed worker counts",
+            f"{where}: field real.time_scale",
+            "a market's prices are replayed in wall-clock seconds, as the simulation replays them; a time"
+            " scale would compress the arrivals but not the fleet (use 1.0, or a shorter price trace)",
+        )
+    if scenario.market is not None and scenario.real.agents != "local":
+        raise InputError(
+            f"{where}: field real.agents",
+            "a market fleet's instances come and go with the price trace, which the scheduler can do only to"
+            " agents it starts itself (real.agents: local)",
         )
 
 
@@ -78,9 +99,11 @@ class _Live:
     """A job process that holds its workers between rounds, waiting for its next lease."""
 
     agents: tuple[str, ...]  # its servers' agents (several for a job spanning servers)
-    gpus: tuple[int, ...]
+    slots: tuple[tuple[int, ...], ...]  # its slots on each of them
     key: str  # its key prefix in the control plane
     lease: int  # the index of its current lease
+    stopping: bool = False  # already told to save and exit
+    evicted: bool = False  # its market instance was warned or terminated under it
 
 
 class RealGavel:
@@ -105,13 +128,12 @@ class RealGavel:
             raise InputError(f"{where}", "--resume: no journal of an earlier run of this scenario there")
         self.resume = resume
         refuse_unsupported(scenario)
-        made = setup(scenario)  # the simulator's construction: prices, budget, entity weights
-        if getattr(made.policy, "space_sharing", False):
-            raise InputError(
-                f"{scenario.source}: field policy",
-                f"{scenario.policy.name} plans space sharing, which runs in simulation only for now",
-            )
+        made = setup(scenario)  # the simulator's construction: prices, budget, weights, pairs, market
+        # Agents serve the cluster's servers (Gavel types); the scheduler plans over ``self.layout``, a
+        # market's split layout (spot instances apart) or the same.
+        self.base_layout: ClusterLayout = made.base_layout
         self.layout: ClusterLayout = made.layout
+        self.market: MarketHook | None = made.market
         self.jobs: list[GavelJob] = made.jobs
         self.believed = made.believed
         self.catalog = self._catalog(made.origin, trace_jobs(scenario, made.table)[0])
@@ -125,6 +147,10 @@ class RealGavel:
         self.saved_step: dict[int, int] = {j.spec.job_id: 0 for j in self.jobs}  # in its checkpoint
         self.live: dict[int, _Live] = {}  # jobs whose process holds their workers between rounds
         self.lost_agents: set[str] = set()
+        self.down: set[str] = set()  # agents whose market instance is terminated (until it comes back)
+        self.warned: set[tuple[int, int]] = set()  # (instance, lease) whose warning was acted on
+        self.ended: set[tuple[int, int]] = set()  # (instance, lease) whose termination was acted on
+        self.end_s = 0.0  # the run's end (its fleet is billed up to it)
         self.tries: dict[int, int] = {}  # failed leases by job
         self._last_failure: dict[int, str] = {}
         self.failed: dict[int, str] = {}  # jobs given up, and why
@@ -132,9 +158,8 @@ class RealGavel:
         self.admitted: set[int] = set()
         # What a round really loses per worker type, started afresh (process start-up, checkpoint load and
         # save) or renewed: leases are sized by it, so that a lease plus its overhead fills the round.
-        self.lease_time = LeaseTime(
-            m.round_s, {t: scenario.overhead_s(t) for t in self.layout.worker_types}, ONLINE_SMOOTHING
-        )
+        overheads = dict(zip(self.layout.worker_types, made.overheads, strict=True))  # per scheduler type
+        self.lease_time = LeaseTime(m.round_s, overheads, ONLINE_SMOOTHING)
 
     # --- set-up -------------------------------------------------------------------------------------
 
@@ -204,14 +229,16 @@ class RealGavel:
         except OSError as err:
             raise InputError(f"{self.scenario.source}: field real.listen", f"cannot listen: {err}") from None
         self.control.put("catalog", self.catalog)
-        self.fleet = Fleet(self.scenario, self.layout, self.control, secret)
+        self.fleet = Fleet(self.scenario, self.base_layout, self.control, secret)
         self.agents = self.fleet.agents
+        self.agent_of_worker = self._fleet_agents()
         if self.resume:
             self._restore()
         try:
             self.fleet.start(self.rounds_done)
             self.t0 = time.monotonic() - self.resumed_at
             self._loop()
+            self.end_s = self.now()
         finally:
             self.fleet.stop(self.rounds_done)
             self.control.close()
@@ -247,6 +274,11 @@ class RealGavel:
                 sched.add_job(self._planned(job, scale))
                 admitted.add(job.spec.job_id)
                 self.event_rows.append((self.now(), "admit", job.spec.job_id, job.spec.job_type))
+            if self.market is not None:
+                self._market_tick()
+                self._settle_down()
+                self.market.sync(sched, self.event_rows, self.now())
+                self._revive()
             if sched.reset_due(self.now()):
                 sched.reset(self.now())
                 self.event_rows.append((self.now(), "reset", -1, f"{len(sched.jobs)} jobs"))
@@ -255,6 +287,16 @@ class RealGavel:
                 wake = [p.spec.arrival_s / scale for p in pending[:1]]
                 if sched.next_reset_s() is not None:
                     wake.append(sched.next_reset_s())
+                if self.market is not None:
+                    change = self.market.next_change_s(self.now())
+                    if change is None and not wake and sched.jobs and not self.live:
+                        # No job can run and the fleet never changes again (the simulator stops alike).
+                        self.event_rows.append(
+                            (self.now(), "stalled", -1, f"{len(sched.jobs)} jobs cannot run")
+                        )
+                        return
+                    # Look again soon: a warning or a termination may concern a job waiting between leases.
+                    wake += [self.now() + 1.0] if change is None else [min(change, self.now() + 1.0)]
                 time.sleep(max(min(wake, default=self.now() + 1.0) - self.now(), 0.01))
                 continue
             self._run_round(self.rounds_done, plan)
@@ -282,8 +324,9 @@ class RealGavel:
         placed = self._placements(plan)
         self._stop_unrenewed({job_id for _, job_id, _, _, _, renew in placed if renew}, r)
 
-        per_agent: dict[str, list[dict]] = {a.name: [] for a in self.agents}
-        for _, job_id, j, gpus, servers, renew in placed:
+        agents = [a for a in self.agents if a.name not in self.down]
+        per_agent: dict[str, list[dict]] = {a.name: [] for a in agents}
+        for _, job_id, j, _, servers, renew in placed:
             spec = by_id[job_id].spec
             lease = {
                 "max_steps": int(spec.total_steps) - self.known_step[job_id],
@@ -295,7 +338,8 @@ class RealGavel:
                 self.control.put(f"{live.key}/lease/{live.lease}", lease)
             else:
                 names = tuple(agent.name for agent, _ in servers)
-                self.live[job_id] = _Live(names, gpus, f"job/{job_id}/{r}", 0)
+                slots = tuple(tuple(s) for _, s in servers)
+                self.live[job_id] = _Live(names, slots, f"job/{job_id}/{r}", 0)
             for agent, slots in servers:
                 per_agent[agent.name].append({
                     **lease, "job_id": job_id, "job_type": spec.job_type, "slots": slots,
@@ -305,20 +349,21 @@ class RealGavel:
                     "checkpoint": str(self.workdir / "checkpoints" / f"job{job_id}.pt"),
                     "log": str(self.workdir / "logs" / f"job{job_id}-{agent.name}.log"),
                 })  # fmt: skip
+        leases = {job_id: self.live[job_id].lease for _, job_id, _, _, _, _ in placed}
         start = self.now()
-        for agent in self.agents:
+        for agent in agents:
             self.control.put(
                 f"plan/{r}/{agent.name}",
                 {"jobs": per_agent[agent.name], "deadline_s": m.round_s + real.grace_s},
             )
         deadline = time.monotonic() + m.round_s + real.grace_s + 10.0
-        keys = {f"done/{r}/{a.name}": a for a in self.agents}
-        done = self.control.wait_for(
-            list(keys), deadline, given_up=lambda key: self.control.has(f"gone/{keys[key].name}")
-        )
+        keys = {f"done/{r}/{a.name}": a for a in agents}
+        done = self._wait_round(keys, deadline)
         parts: dict[int, list[dict]] = {}
         for key, agent in keys.items():
             if key not in done:
+                if agent.name in self.down:  # its instance was terminated under the round
+                    continue
                 self.event_rows.append((self.now(), "agent_lost", -1, agent.name))
                 self.lost_agents.add(agent.name)
                 self.fleet.replace(agent, r + 1)
@@ -329,6 +374,7 @@ class RealGavel:
         end = self.now()
         seconds = np.zeros(len(plan))
         steps: dict[int, float] = {}
+        rates: dict[int, float] = {}
         finished: list[tuple[float, int]] = []
         lost: list[int] = []
         full = False  # some lease ran its full time (its job did not finish in this round)
@@ -336,11 +382,16 @@ class RealGavel:
             outcome = outcomes.get(job_id)
             if outcome is not None and len(parts[job_id]) < len(servers):
                 outcome = {**outcome, "report": None}  # part of a spanning job was on a lost agent
+            evicted = any(a.name in self.down for a, _ in servers)
+            if outcome is None and evicted:
+                outcome = self._report_of(job_id, leases[job_id], end - start)
             report = outcome["report"] if outcome else None
             made = 0
             job_end = end
             name = self.layout.worker_types[j]
-            if report is None:
+            if report is None and evicted:  # it died with its instance: _settle_down keeps its checkpoint
+                self.event_rows.append((end, "preempt", job_id, "evicted"))
+            elif report is None:
                 lost.append(job_id)
                 detail = "no report (its agent was lost)" if outcome is None else _failure(outcome)
                 self.event_rows.append((end, "job_failed", job_id, detail))
@@ -355,27 +406,32 @@ class RealGavel:
                     del self.live[job_id]
                 job_end = start + float(outcome["elapsed_s"])
                 if report["seconds"] > 0 and report["end_step"] > report["start_step"]:
-                    self.scheduler.observe_throughput(job_id, j, report["throughput"], ONLINE_SMOOTHING)
+                    rates[job_id] = float(report["throughput"])
                 if report["end_step"] < by_id[job_id].spec.total_steps:  # the lease ran its full time
                     full = True
                     spent = float(outcome["elapsed_s"]) - float(report["seconds"])
                     self.lease_time.observe(name, renew, spent)
             self.first_start.setdefault(job_id, start)
-            seconds[i] = job_end - start
+            seconds[i] = max(seconds[i], job_end - start)  # a shared combination: its longer lease
             steps[job_id] = float(made)
             consolidated = bool(plan.consolidated[i])
+            key = plan.job_ids[i]
+            partner = key[1 - key.index(job_id)] if len(key) == 2 else -1
             self.round_rows.append(
-                [r, start, job_end, job_id, name, len(gpus), consolidated, renew, float(made), -1]
+                [r, start, job_end, job_id, name, len(gpus), consolidated, renew, float(made), partner]
             )
             if self.known_step[job_id] >= by_id[job_id].spec.total_steps:
                 finished.append((job_end, job_id))
+        self._observe(plan, rates)
         if full:
             # A round in which some lease ran its full time lasts at least round_s, as the simulator's
             # rounds (and Gavel's fixed ones) do: leases are sized by a learned restart overhead, and
             # when it over-states the restart every lease ends early. A round started early admits a
             # job arriving on its nominal boundary one round late (LAS run 6 on the GPU host: rounds
             # 1-3 began 0.6-0.9 s early, and the jobs arriving at 60, 120 and 180 s each waited a round).
-            time.sleep(max(start + m.round_s - self.now(), 0.0))
+            while self.now() < start + m.round_s:
+                self._market_tick()
+                time.sleep(min(max(start + m.round_s - self.now(), 0.0), POLL_S * 4))
             end = max(end, self.now())
         self.scheduler.record_round(plan, seconds, steps, end - start)
         for job_id in lost:
@@ -383,6 +439,7 @@ class RealGavel:
         for job_id in [j for j, live in self.live.items() if set(live.agents) & self.lost_agents]:
             self._roll_back(job_id)
         self.lost_agents.clear()
+        self._settle_down()
         for t, job_id in sorted(finished):
             self.completion[job_id] = t
             self.scheduler.remove_job(job_id)
@@ -398,6 +455,38 @@ class RealGavel:
                     f"failed {tries} times (real.max_tries); last: {self._last_failure[job_id]}",
                 ))  # fmt: skip
 
+    def _wait_round(self, keys: dict[str, Agent], deadline: float) -> dict[str, list]:
+        """Each agent's outcomes of the round, until every agent has reported, or its instance was
+        terminated (a market fleet's eviction, acted on meanwhile), or its connection closed, or the
+        deadline."""
+        found: dict[str, list] = {}
+        gone: set[str] = set()  # agents whose connection closed (killed or crashed): lost at once
+        while True:
+            self._market_tick()
+            for key, agent in keys.items():
+                if key in found:
+                    continue
+                # asked before looking: an agent's last write lands before its connection closes
+                closed = self.control.has(f"gone/{agent.name}")
+                if self.control.has(key):
+                    found[key] = self.control.get(key)
+                elif closed:
+                    gone.add(key)
+            waiting = [k for k, a in keys.items() if k not in found | gone and a.name not in self.down]
+            if not waiting or time.monotonic() >= deadline:
+                return found
+            time.sleep(POLL_S)
+
+    def _observe(self, plan: RoundPlan, rates: dict[int, float]) -> None:
+        """Measured rates feed the policy: a job alone on its workers its own throughput, a pair sharing
+        them (both measured) the pair's, through the same two calls as the simulator's."""
+        for key, j in zip(plan.job_ids, plan.worker_types.tolist(), strict=True):
+            if len(key) == 1 and key[0] in rates:
+                self.scheduler.observe_throughput(key[0], j, rates[key[0]], ONLINE_SMOOTHING)
+            elif len(key) == 2 and all(m in rates for m in key):
+                pair = (rates[key[0]], rates[key[1]])
+                self.scheduler.observe_pair((key[0], key[1]), j, pair, ONLINE_SMOOTHING)
+
     def _count_failure(self, job_id: int, detail: str) -> None:
         self.tries[job_id] = self.tries.get(job_id, 0) + 1
         self._last_failure[job_id] = detail
@@ -406,24 +495,26 @@ class RealGavel:
         self, plan: RoundPlan
     ) -> list[tuple[int, int, int, tuple[int, ...], list[tuple[Agent, list[int]]], bool]]:
         """Each lease of the plan: (plan index, job, worker type, GPUs, its servers' agents with the slots
-        it has on each, renewed). A lease is renewed exactly when the scheduler's plan says so; its
-        processes are then the ones already on those GPUs, since every process that died was reported to
-        the scheduler (:meth:`_roll_back`)."""
+        it has on each, renewed); the two jobs of a shared combination get one lease each, on the same
+        slots. A lease is renewed exactly when the scheduler's plan says so; its processes are then the
+        ones already on those slots, since every process that died was reported to the scheduler
+        (:meth:`_roll_back`)."""
         placed = []
         for i, (key, j, gpus) in enumerate(zip(plan.job_ids, plan.worker_types, plan.gpus, strict=True)):
             k = self.layout.gpus_per_server[int(j)]
             by_server: dict[int, list[int]] = {}
             for g in gpus:
                 by_server.setdefault(int(g) // k, []).append(int(g) % k)
-            servers = [(self.fleet.agent_for(int(j), server), slots) for server, slots in by_server.items()]
+            servers = [(self._server_agent(int(j), server), slots) for server, slots in by_server.items()]
             renew = bool(plan.renewed[i])
-            live = self.live.get(key[0])
-            names = tuple(agent.name for agent, _ in servers)
-            if renew and (live is None or (live.agents, live.gpus) != (names, tuple(gpus))):
-                raise RuntimeError(
-                    f"round plan renews job {key[0]}'s lease on {gpus}, where it has no process"
-                )
-            placed.append((i, key[0], int(j), tuple(gpus), servers, renew))
+            where = (tuple(a.name for a, _ in servers), tuple(tuple(s) for _, s in servers))
+            for job_id in key:
+                live = self.live.get(job_id)
+                if renew and (live is None or (live.agents, live.slots) != where):
+                    raise RuntimeError(
+                        f"round plan renews job {job_id}'s lease on {gpus}, where it has no process"
+                    )
+                placed.append((i, job_id, int(j), tuple(gpus), servers, renew))
         return placed
 
     def _stop_unrenewed(self, renewed: set[int], r: int) -> None:
@@ -433,8 +524,10 @@ class RealGavel:
         assert real is not None
         stopping = {job_id: live for job_id, live in self.live.items() if job_id not in renewed}
         for live in stopping.values():
-            live.lease += 1
-            self.control.put(f"{live.key}/lease/{live.lease}", {"stop": True})
+            if not live.stopping:
+                live.lease += 1
+                live.stopping = True
+                self.control.put(f"{live.key}/lease/{live.lease}", {"stop": True})
         saved = self.control.wait_for(
             [f"{live.key}/saved" for live in stopping.values()], time.monotonic() + real.grace_s
         )
@@ -442,33 +535,130 @@ class RealGavel:
             if f"{live.key}/saved" in saved:
                 self.saved_step[job_id] = int(saved[f"{live.key}/saved"])
                 del self.live[job_id]
+                if live.evicted:
+                    self._preempted(job_id, live, 0, 0.0)
             else:
                 detail = "no checkpoint at the lease's end"
                 self.event_rows.append((self.now(), "job_failed", job_id, detail))
-                self._roll_back(job_id)
+                self._roll_back(job_id, evicted=live.evicted)
 
-    def _roll_back(self, job_id: int) -> None:
+    def _roll_back(self, job_id: int, *, evicted: bool = False) -> None:
         """A job whose process died keeps only what its checkpoint holds: the steps it made since its last
-        save (in renewed leases, held in memory) are taken back from the rounds that credited them."""
-        self.live.pop(job_id, None)
+        save (in renewed leases, held in memory) are taken back from the rounds that credited them.
+        ``evicted``: it died with its market instance (a ``preemptions`` row says what it lost)."""
+        live = self.live.pop(job_id, None)
         self.scheduler.lease_lost(job_id)
         lost = self.known_step[job_id] - self.saved_step[job_id]
+        held_s = 0.0
         if lost > 0:
             self.scheduler.record_progress(job_id, -float(lost))
-            self._take_back(job_id, lost, self.now())
+            held_s = self._take_back(job_id, lost, self.now())
+        if evicted and live is not None:
+            self._preempted(job_id, live, max(lost, 0), held_s)
 
-    def _take_back(self, job_id: int, lost: int, now: float) -> None:
-        """Take ``lost`` steps of a job back from the latest rounds that credited them."""
+    def _preempted(self, job_id: int, live: _Live, lost: int, held_s: float) -> None:
+        """A ``preemptions`` row: the job left its market instance, losing ``lost`` steps (nothing when it
+        saved its checkpoint in the warning) that had held ``held_s`` GPU-seconds."""
+        if self.market is not None:
+            workers = [w for w, a in self.agent_of_worker.items() if a.name in live.agents]
+            self.market.record_preemption(self.now(), job_id, workers, float(lost), held_s)
+
+    def _take_back(self, job_id: int, lost: int, now: float) -> float:
+        """Take ``lost`` steps of a job back from the latest rounds that credited them; returns the GPU
+        seconds those steps had held."""
         if lost <= 0:
-            return
+            return 0.0
         self.known_step[job_id] = self.saved_step[job_id]
         left = float(lost)
+        held_s = 0.0
         for row in reversed(self.round_rows):
-            if row[ROW_JOB] == job_id and left > 0:
+            if row[ROW_JOB] == job_id and left > 0 and row[ROW_STEPS] > 0:
                 taken = min(row[ROW_STEPS], left)
+                held_s += (row[ROW_END] - row[ROW_START]) * row[ROW_GPUS] * taken / row[ROW_STEPS]
                 row[ROW_STEPS] -= taken
                 left -= taken
         self.event_rows.append((now, "rolled_back", job_id, f"{lost} steps since its checkpoint"))
+        return held_s
+
+    # --- the market ---------------------------------------------------------------------------------
+
+    def _fleet_agents(self) -> dict[int, Agent]:
+        """A market fleet's instances, each one server's agent: a type's on-demand instances are its first
+        servers, its spot instances the rest (``scenarios.gavel_fleet.build_market`` numbers them so)."""
+        if self.market is None:
+            return {}
+        seen: dict[str, int] = {}
+        out = {}
+        for w in self.market.workers:
+            index = seen.get(w.worker_type, 0)
+            seen[w.worker_type] = index + 1
+            out[w.worker_id] = next(a for a in self.agents if a.name == f"{w.worker_type}-{index}")
+        return out
+
+    def _server_agent(self, worker_type: int, server: int) -> Agent:
+        """The agent of server ``server`` of scheduler type ``worker_type`` (on a market fleet: of the
+        instance the market's current numbering gives that server)."""
+        if self.market is None:
+            return self.fleet.agent_for(worker_type, server)
+        return self.agent_of_worker[self.market.slots[worker_type][server]]
+
+    def _market_tick(self) -> None:
+        """Act on the fleet's warnings and terminations due by now: a warned instance's jobs are told to
+        save and exit at once (their lease is cut short); a terminated instance's agent is killed, and its
+        jobs with it."""
+        if self.market is None:
+            return
+        now = self.now()
+        for w in self.market.workers:
+            agent = self.agent_of_worker[w.worker_id]
+            for i, lease in enumerate(w.leases):
+                if lease.warned_s <= now and (w.worker_id, i) not in self.warned:
+                    self.warned.add((w.worker_id, i))
+                    self.event_rows.append((now, "warned", -1, agent.name))
+                    for job_id, live in self.live.items():
+                        if agent.name not in live.agents:
+                            continue
+                        live.evicted = True
+                        if not live.stopping:
+                            live.lease += 1
+                            live.stopping = True
+                            self.control.put(f"{live.key}/lease/{live.lease}", {"stop": True})
+                            self.event_rows.append((now, "preempt", job_id, "warned: saving its checkpoint"))
+                if lease.ended_s <= now and (w.worker_id, i) not in self.ended:
+                    self.ended.add((w.worker_id, i))
+                    self.event_rows.append((now, "evicted", -1, agent.name))
+                    self.fleet.terminate(agent)
+                    self.down.add(agent.name)
+
+    def _report_of(self, job_id: int, lease: int, elapsed_s: float) -> dict | None:
+        """The outcome of a job whose agent died with its instance before reporting the round: the
+        lease's report, if the job posted it before it died (None: it did not)."""
+        key = f"{self.live[job_id].key}/report/{lease}"
+        if not self.control.has(key):
+            return None
+        return {"job_id": job_id, "report": self.control.get(key), "elapsed_s": elapsed_s}
+
+    def _settle_down(self) -> None:
+        """Jobs that held a terminated instance's slots keep the checkpoint they saved in its warning (a
+        ``preemptions`` row says what they lost: nothing, then); without one they are rolled back to the
+        checkpoint before."""
+        for job_id, live in list(self.live.items()):
+            if not set(live.agents) & self.down:
+                continue
+            key = f"{live.key}/saved"
+            if self.control.has(key):
+                self.saved_step[job_id] = int(self.control.get(key))
+            self._roll_back(job_id, evicted=True)
+
+    def _revive(self) -> None:
+        """Start the agent of every terminated instance that the trace has given back."""
+        assert self.market is not None
+        usable = {w for ids in self.market.slots for w in ids}
+        for w, agent in self.agent_of_worker.items():
+            if agent.name in self.down and w in usable:
+                self.down.discard(agent.name)
+                self.event_rows.append((self.now(), "instance_back", -1, agent.name))
+                self.fleet.replace(agent, self.rounds_done)
 
     # --- tables -------------------------------------------------------------------------------------
 
@@ -484,6 +674,7 @@ class RealGavel:
             "last_failure": self._last_failure, "admitted": sorted(self.admitted),
             "round_rows": [list(row) for row in self.round_rows],
             "event_rows": [list(row) for row in self.event_rows],
+            "preemptions": self.market.preemptions if self.market is not None else [],
         })  # fmt: skip
 
     def _restore(self) -> None:
@@ -504,6 +695,14 @@ class RealGavel:
         self.event_rows = [tuple(row) for row in state["event_rows"]]
         self.rounds_done = int(state["rounds"])
         self.resumed_at = float(state["now"])
+        if self.market is not None:  # the fleet's state follows from the clock; what it did is journalled
+            self.market.preemptions = list(state.get("preemptions", []))
+            for w in self.market.workers:
+                for i, lease in enumerate(w.leases):
+                    if lease.warned_s <= self.resumed_at:
+                        self.warned.add((w.worker_id, i))
+                    if lease.ended_s <= self.resumed_at:
+                        self.ended.add((w.worker_id, i))
         for job_id in sorted(self.known_step):
             self._take_back(job_id, self.known_step[job_id] - self.saved_step[job_id], self.resumed_at)
         self.event_rows.append((self.resumed_at, "resumed", -1, f"from round {self.rounds_done}"))
@@ -514,7 +713,14 @@ class RealGavel:
         rounds = pd.DataFrame([tuple(row) for row in self.round_rows], columns=list(GAVEL_TABLES["rounds"]))
         events = pd.DataFrame(self.event_rows, columns=list(GAVEL_TABLES["events"]))
         rounds, events = rounds.astype(GAVEL_TABLES["rounds"]), events.astype(GAVEL_TABLES["events"])
-        return {"jobs": jobs, "rounds": rounds, "events": events}
+        tables = {"jobs": jobs, "rounds": rounds, "events": events}
+        if self.market is not None:
+            # The simulator's fleet tables (scenarios.gavel_fleet): what the rounds' slots cost, and the
+            # fleet's bill up to the run's end.
+            rounds["cost_usd"] = self.market.held_cost(rounds)
+            rounds["worker_type"], rounds["spot"] = self.market.base_types(rounds["worker_type"])
+            tables.update(self.market.tables(self.end_s or self.now()))
+        return tables
 
 
 def _merged(parts: list[dict]) -> dict:
