@@ -472,7 +472,8 @@ class RealGavel:
                     found[key] = self.control.get(key)
                 elif closed:
                     gone.add(key)
-            waiting = [k for k, a in keys.items() if k not in found | gone and a.name not in self.down]
+            heard = found.keys() | gone
+            waiting = [k for k, a in keys.items() if k not in heard and a.name not in self.down]
             if not waiting or time.monotonic() >= deadline:
                 return found
             time.sleep(POLL_S)
