@@ -231,6 +231,31 @@ def test_estimated_colocation_plans_pairs_and_moves_jobs_at_true_speeds(tmp_path
     assert (result.tables["rounds"]["shared_with"] >= 0).any()
 
 
+def test_estimated_pairs_learn_their_rates_from_shared_rounds(tmp_path: Path) -> None:
+    """A pair that shared a round plans with its measured rates from then on, as for real (§5.3.3)."""
+    from clustertwin.sim.gavel.setup import build
+
+    overrides = [
+        "policy.params={aware: true, space_sharing: true}",
+        "workload.generate.jobs_per_hour=30",
+        "mechanism.estimate_colocation=0.3",
+    ]
+    sim = build(load_scenario(scenario(tmp_path), overrides))
+    learned: set[tuple[int, int]] = set()
+    observe = sim.scheduler.observe_pair
+
+    def record(jobs, worker_type, measured, smoothing):
+        learned.add(tuple(sorted(jobs)))
+        observe(jobs, worker_type, measured, smoothing)
+
+    sim.scheduler.observe_pair = record
+    rounds = sim.run()["rounds"]
+    shared = rounds[(rounds["shared_with"] >= 0) & (rounds["steps"] > 0)]
+    ran = {tuple(sorted(p)) for p in zip(shared["job_id"], shared["shared_with"], strict=True)}
+    assert learned and learned <= ran
+    assert len(learned) >= len(ran) // 2  # most pairs that trained together (some were evicted or idle)
+
+
 def test_restart_overhead_is_charged_per_worker_type_and_spared_by_renewal(tmp_path: Path) -> None:
     """Under the restart model a job loses its type's overhead whenever its process starts (its first
     round included), making proportionally fewer steps; a renewed lease loses nothing."""

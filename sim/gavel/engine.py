@@ -72,6 +72,7 @@ class GavelSimulation:
         policy_throughputs: dict[int, np.ndarray] | None = None,
         scheduler: GavelScheduler | None = None,
         host: HostModel | None = None,
+        learn_pairs: bool = False,
     ) -> None:
         """``colocation`` moves shared jobs; ``policy_colocation`` (default: the same) is what the policy
         believes about pairs, e.g. estimates from profiling (§5.3.3). ``market`` (``scenarios.gavel_fleet``)
@@ -81,7 +82,9 @@ class GavelSimulation:
         backend does, while jobs move at the true ones. ``scheduler``: one built from a scenario
         (``scenarios.gavel_scheduler.build_scheduler``, as the real runtime builds its own), in place of
         the one the other arguments describe. ``host`` (``sim.gavel.host``): the machine whose cores
-        the slots of some types share; jobs on it run slower together."""
+        the slots of some types share; jobs on it run slower together. ``learn_pairs``: the policy plans
+        pairs from estimates (§5.3.3), so a pair's rates measured in a shared round replace them as they
+        do for real (Gavel's simulator sets a pair's estimate to its true rate once it has run)."""
         self.layout = layout
         self.jobs = sorted(jobs, key=lambda j: (j.spec.arrival_s, j.spec.job_id))
         self.by_id = {j.spec.job_id: j for j in jobs}
@@ -99,6 +102,7 @@ class GavelSimulation:
         self.host = host
         self.market = market
         self.policy_throughputs = policy_throughputs
+        self.learn_pairs = learn_pairs or policy_throughputs is not None
         self.progress = progress
         self.env = simpy.Environment()
         self.arrived: simpy.Store = simpy.Store(self.env)
@@ -259,6 +263,7 @@ class GavelSimulation:
                 jobs[measured].tolist(), types[measured].tolist(), rate[measured].tolist(), strict=True
             ):
                 self.scheduler.observe_throughput(m, j, r, ONLINE_SMOOTHING)
+        if self.learn_pairs:
             # A shared lease's pair of rates (both trained, neither evicted) feeds the pair's estimate.
             for c, key in enumerate(plan.job_ids):
                 slots = np.flatnonzero(combo == c)

@@ -49,6 +49,7 @@ def build(
         scheduler=made.scheduler,
         market=made.market,
         policy_throughputs=made.believed,
+        learn_pairs=scenario.mechanism.estimate_colocation is not None,
         host=host_model(scenario, made.layout, made.split.base if made.split else made.layout.worker_types),
     )
 
