@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Annotated
 
 import pandas as pd
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from clustertwin.atomic import write_text
 from clustertwin.claim_results import ClaimRow, report
 from clustertwin.errors import InputError
 from clustertwin.progress import progress_bar
-from clustertwin.scenarios.claims import CLAIMS_DIR
+from clustertwin.scenarios.claims import CLAIMS_DIR, FigureClaim, load_claim_file
 
 CLAIMS_FILE = CLAIMS_DIR / "cloud" / "claims.yaml"
 NAME = "cloud"
@@ -40,31 +39,14 @@ class Inputs(_Strict):
     start_every_h: dict[str, Annotated[float, Field(gt=0.0)]]
 
 
-class CloudClaim(_Strict):
-    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
-    claim: str
-    source: Annotated[str, Field(min_length=1)]
-    paper: float | str
-    metric: str
-    accept: tuple[float, float] | None
-    gated: bool
-    fmt: str = "{:.2f}"
-    why: Annotated[str, Field(min_length=1)]
-
-
 class CloudClaims(_Strict):
     paper: str
     inputs: Inputs
-    claims: list[CloudClaim]
+    claims: list[FigureClaim]
 
 
 def load_cloud_claims(path: Path = CLAIMS_FILE) -> CloudClaims:
-    try:
-        return CloudClaims.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except OSError as err:
-        raise InputError(str(path), f"cannot read: {err}") from None
-    except (yaml.YAMLError, ValidationError) as err:
-        raise InputError(str(path), str(err)) from None
+    return load_claim_file(path, CloudClaims)
 
 
 def reproduce(name: str, quick: bool, *, out: Path, workers: int | None = None) -> int:

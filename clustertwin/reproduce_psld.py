@@ -35,13 +35,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clustertwin.claim_results import ClaimRow, report
 from clustertwin.claim_runs import Spec, run_specs, with_per_seed
 from clustertwin.errors import InputError
-from clustertwin.scenarios.claims import CLAIMS_DIR
+from clustertwin.scenarios.claims import CLAIMS_DIR, FigureClaim, load_claim_file
 
 PAPER = "Chen et al., Elastic Parameter Server Load Distribution in Deep Learning Clusters"
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios" / "psld"
@@ -184,31 +183,14 @@ class ClusterBInputs(_Strict):
         return self
 
 
-class PSLDClaim(_Strict):
-    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
-    claim: str
-    source: Annotated[str, Field(min_length=1)]
-    paper: float | str
-    metric: str  # a key of ``cluster_b_figures``
-    accept: tuple[float, float] | None
-    gated: bool
-    fmt: str = "{:.2f}"
-    why: Annotated[str, Field(min_length=1)]
-
-
 class PSLDClaims(_Strict):
     paper: str
     inputs: ClusterBInputs
-    claims: list[PSLDClaim]
+    claims: list[FigureClaim]
 
 
 def load_psld_claims(path: Path = CLAIMS_FILE) -> PSLDClaims:
-    try:
-        return PSLDClaims.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except OSError as err:
-        raise InputError(str(path), f"cannot read: {err}") from None
-    except (yaml.YAMLError, ValidationError) as err:
-        raise InputError(str(path), str(err)) from None
+    return load_claim_file(path, PSLDClaims)
 
 
 def cluster_b_runs(plan: _Plan, inputs: ClusterBInputs, quick: bool) -> dict[RunKey, list[Spec]]:

@@ -22,7 +22,7 @@ reports it as not judged, with that reason; the full run still runs it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -110,3 +110,33 @@ def load_claims(name: str) -> ClaimSet:
         return ClaimSet.model_validate(yaml.safe_load(path.read_text()))
     except (yaml.YAMLError, ValidationError) as err:
         raise InputError(str(path), str(err)) from err
+
+
+class FigureClaim(BaseModel):
+    """A claim of a set whose measures are computed in code from many runs (PSLD's Cluster-B figures, the
+    cloud what-ifs): ``metric`` names the figure ours is read from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+    claim: str
+    source: Annotated[str, Field(min_length=1)]
+    paper: float | str
+    metric: str
+    accept: tuple[float, float] | None
+    gated: bool
+    fmt: str = "{:.2f}"
+    why: Annotated[str, Field(min_length=1)]
+
+
+Schema = TypeVar("Schema", bound=BaseModel)
+
+
+def load_claim_file(path: Path, schema: type[Schema]) -> Schema:
+    """A claims file validated against ``schema``; any fault is an input error naming the file."""
+    try:
+        return schema.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except OSError as err:
+        raise InputError(str(path), f"cannot read: {err}") from None
+    except (yaml.YAMLError, ValidationError) as err:
+        raise InputError(str(path), str(err)) from None
