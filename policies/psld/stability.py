@@ -58,23 +58,27 @@ def halves(samples: Sequence[Sample]) -> list[list[Sample]]:
     return [first, second] if first else [second]
 
 
+def period_models(history: Sequence[Sequence[Sample]], server: int) -> list[ServerModel]:
+    """One PS's fit per reporting period of its ``history``; a single period counts as its two halves."""
+    taken = [p for p in history if p]
+    return [fit_model(p)[server] for p in (halves(taken[0]) if len(taken) == 1 else taken)]
+
+
 def makespan_bound(
     sizes: Sequence[float],
     owners: Sequence[int],
     model: PerfModel,
-    history: Mapping[int, Sequence[Sequence[Sample]]],
+    periods: Mapping[int, Sequence[ServerModel]],
     z: float,
     side: float,
 ) -> float:
     """The slowest PS's predicted time under ``owners``, each PS at Pred_mean + side x z x its
-    uncertainty (``side`` -1: lower bounds, +1: upper bounds); ``history`` holds each PS's samples
-    per reporting period."""
+    uncertainty (``side`` -1: lower bounds, +1: upper bounds); ``periods`` holds each PS's per-period
+    fits (``period_models``)."""
     out = 0.0
     for r, s in loads_of(sizes, owners).items():
         m = model[r]
-        taken = [p for p in history.get(r, ()) if p]
-        periods = [fit_model(p)[r] for p in (halves(taken[0]) if len(taken) == 1 else taken)]
-        out = max(out, m.mean(s) + side * z * max(m.sem(s), period_sem(periods, s)))
+        out = max(out, m.mean(s) + side * z * max(m.sem(s), period_sem(periods.get(r, ()), s)))
     return out
 
 
@@ -87,7 +91,9 @@ def clear_gain(
     z: float,
     min_gain: float,
 ) -> bool:
-    """Whether ``new`` is confidently at least ``min_gain`` faster than ``current`` (module docstring)."""
-    before = makespan_bound(sizes, current, model, history, z, -1.0)
-    after = makespan_bound(sizes, new, model, history, z, +1.0)
+    """Whether ``new`` is confidently at least ``min_gain`` faster than ``current`` (module docstring);
+    ``history`` holds each PS's samples per reporting period."""
+    periods = {r: period_models(history[r], r) for r in set(current) | set(new) if r in history}
+    before = makespan_bound(sizes, current, model, periods, z, -1.0)
+    after = makespan_bound(sizes, new, model, periods, z, +1.0)
     return after <= before * (1.0 - min_gain)
