@@ -38,11 +38,12 @@ over two PSs where the real one ended with it on one, and with the real map pinn
 (``results.json``, ``calibration.json``, ``real_samples.parquet``) and prints real / sim / pinned sim.
 
 Seeds: the simulated scheduler's decisions, and with them PSLD's rate, depend on Algorithm 3's
-exploration draws. The calibrated PSLD run is also simulated with ``seed`` 0..K-1 (``seed_spread``; K =
-``--seeds``, 8 by default; mxnet has no scheduler, so its range would be one point), and the report gives
-the median and min-max over the seeds and whether the real rate lies inside. The single-seed numbers
-(``sim_it_s``: the scenario's seed, 0) stay the headline. The calibration measures the scheduler's sample
-noise (``calibrate.timing_noise``) but gives the simulator none (that module's docstring says why);
+exploration draws and on the timing noise of its samples (the calibration measures the noise,
+``calibrate.timing_noise``, and feeds it). A real run is one draw of that distribution, so the calibrated
+PSLD run is simulated with ``seed`` 0..K-1 (``seed_spread``; K = ``--seeds``, 8 by default; mxnet has no
+scheduler, so its range would be one point), and the headline PSLD prediction is the median over the
+seeds (``sim_it_s``, ``rel_error``), reported with the min-max and whether the real rate lies inside; the
+scenario's own seed (0, whose exploration stream is the real run's) is kept as ``sim_seed0_it_s``.
 ``resim`` recomputes the noise from the saved profiling samples and prints the seeded ranges with it and
 without it.
 
@@ -195,7 +196,8 @@ def real_vs_sim(
     spread = seed_spread(scenario, [*overrides["psld"], *cal.overrides()], seeds)
     rows = []
     for p, real in zip(POLICIES, reals, strict=True):
-        r, s = _rate(real), _rate(sims[p])
+        # PSLD's prediction is the median over the seeds; mxnet's one run is its own median
+        r, s = _rate(real), spread["median"] if p == "psld" else _rate(sims[p])
         rows.append(
             {
                 "policy": p,
@@ -212,6 +214,10 @@ def real_vs_sim(
         )
         if p == "psld":
             rows[-1].update(
+                sim_seed0_it_s=_rate(sims[p]),
+                sim_seed_it_s=spread["it_s"],
+                sim_min_rel_error=(spread["min"] - r) / r if r > 0 else math.nan,
+                sim_max_rel_error=(spread["max"] - r) / r if r > 0 else math.nan,
                 sim_seeds=seeds,
                 sim_median_it_s=spread["median"],
                 sim_min_it_s=spread["min"],
@@ -222,7 +228,8 @@ def real_vs_sim(
         log(
             f"{p}: real {r:.3f} it/s, sim {s:.3f} it/s, error {rows[-1]['rel_error']:+.1%}"
             + (
-                f"; {seeds} seeds: median {spread['median']:.3f} [{spread['min']:.3f}, {spread['max']:.3f}]"
+                f" (median of {seeds} seeds, range [{spread['min']:.3f}, {spread['max']:.3f}];"
+                f" seed 0: {_rate(sims[p]):.3f})"
                 if p == "psld"
                 else ""
             )
@@ -335,8 +342,8 @@ def pinned_sim(scenario: Path, overrides: list[str], calibration: list[str], own
 
 def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
     """From a saved run folder only: per run of ``RUNS``, the real rate (as saved), the calibrated
-    simulation as saved and recomputed now (with the folder's calibration, which before the noise was
-    measured left ``costs.timing_noise`` at the scenario's 0.2) and without timing noise, the calibrated
+    simulation as saved and recomputed now (with the folder's calibration under today's rules,
+    ``current_calibration``) and without timing noise, the calibrated
     simulation with the real run's final map pinned, and for PSLD ``seed_spread`` with the
     timing noise measured on the saved profiling samples (``noise``, ``calibrate.timing_noise``:
     ``spread``) and without noise (``spread_noiseless``: the seeds then vary only the scheduler's
@@ -349,7 +356,7 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
     from clustertwin.kinds.psld import simulate_psld as simulate
 
     results = json.loads((folder / "results.json").read_text())
-    calibration = json.loads((folder / "calibration.json").read_text())["overrides"]
+    saved_calibration = json.loads((folder / "calibration.json").read_text())
     scenario = ROOT / results["scenario"]
     samples = folder / "real_samples.parquet"
     frame = pd.read_parquet(samples) if samples.exists() else None
@@ -360,6 +367,7 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
         noise = timing_noise(
             profiling["worker"], profiling["server"], profiling["seconds"], blocks["profiling"]
         )
+    calibration = current_calibration(saved_calibration, noise)
     by = {row["policy"]: row for row in results["table"]}
     real = {"profiling": results["profiling_it_s"], **{p: by[p]["real_it_s"] for p in POLICIES}}
     saved = {"profiling": results.get("profiling_sim_it_s"), **{p: by[p]["sim_it_s"] for p in POLICIES}}
@@ -388,6 +396,26 @@ def resim(folder: Path, seeds: int = SEEDS) -> dict[str, dict[str, Any]]:
             for key, sigma in (("spread", noise), ("spread_noiseless", 0.0)):
                 noisy = [*overrides, *calibration, f"costs.timing_noise={sigma:.6e}"]
                 out[run][key] = seed_spread(scenario, noisy, seeds)
+    return out
+
+
+def current_calibration(saved: dict[str, Any], noise: float) -> list[str]:
+    """A saved ``calibration.json``'s overrides under today's calibration rules: the one link rate from
+    ``calibrate.link_estimates`` of its per-PS rates and bound marks (where it recorded them), and the
+    timing noise ``noise`` measured on its profiling samples fed to the simulator (where it is a number;
+    the saved value otherwise)."""
+    from clustertwin.runtime.psld.calibrate import link_estimates
+
+    out = list(saved["overrides"])
+    rates = saved.get("link_gbps_per_ps")
+    if rates:
+        bounds = saved.get("link_gbps_per_ps_bound") or [False] * len(rates)
+        link = sum(link_estimates(rates, bounds)) / len(rates)
+        out = [o for o in out if not o.startswith(("cluster.worker_gbps=", "cluster.server_gbps="))]
+        out += [f"cluster.worker_gbps={link:.6e}", f"cluster.server_gbps={link:.6e}"]
+    if not math.isnan(noise):
+        out = [o for o in out if not o.startswith("costs.timing_noise=")]
+        out.append(f"costs.timing_noise={noise:.6e}")
     return out
 
 
@@ -467,12 +495,24 @@ def report(results: dict[str, Any]) -> str:
         )
     for row in results["table"]:
         if "sim_seeds" in row:  # absent from runs before the seeded range existed
+            noise = results["calibration"]["timing_noise"]
+            fed = _fed_noise(results["calibration"]["overrides"]) > 0
+            real = row["real_it_s"]
+            low, mid, high = (row[f"sim_{x}_it_s"] for x in ("min", "median", "max"))
+            headline = "sim_seed0_it_s" in row  # the median is the table's sim since it exists
             lines.append(
-                f"* {row['policy']}, calibrated sim over {row['sim_seeds']} seeds (without timing noise;"
-                f" measured {results['calibration']['timing_noise']:.3f}):"
-                f" median {row['sim_median_it_s']:.3f} it/s,"
-                f" range {row['sim_min_it_s']:.3f}–{row['sim_max_it_s']:.3f}, real inside:"
-                f" {row['real_in_sim_range']}; reassignments per seed {row['sim_seed_reassignments']}"
+                f"* {row['policy']}, calibrated sim over {row['sim_seeds']} seeds"
+                f" ({'with the measured' if fed else 'without'} timing noise"
+                f"{'' if fed else '; measured'} {noise:.3f}):"
+                f" median {mid:.3f} it/s ({mid / real - 1:+.1%}), range {low:.3f}–{high:.3f}"
+                f" ({low / real - 1:+.1%} … {high / real - 1:+.1%}),"
+                f" real inside: {row['real_in_sim_range']}; reassignments per seed"
+                f" {row['sim_seed_reassignments']}"
+                + (
+                    f"; the table's sim is the median, seed 0 alone: {row['sim_seed0_it_s']:.3f} it/s"
+                    if headline
+                    else "; the table's sim is seed 0"
+                )
             )
     within = ", ".join(f"{r['policy']} {abs(r['rel_error']) <= 0.10}" for r in results["table"])
     cal = results["calibration"]
@@ -493,6 +533,13 @@ def report(results: dict[str, Any]) -> str:
         f"* real runs' wall time (one launch, start-up included): {results['real_wall_s']:.0f} s",
     ]
     return "\n".join(lines)
+
+
+def _fed_noise(overrides: list[str]) -> float:
+    """The ``costs.timing_noise`` a saved calibration gave the simulator (0 before it fed the measured
+    one)."""
+    values = [float(o.split("=", 1)[1]) for o in overrides if o.startswith("costs.timing_noise=")]
+    return values[-1] if values else 0.0
 
 
 def _per_ps_links(cal: dict[str, Any]) -> str:

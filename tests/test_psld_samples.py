@@ -23,10 +23,12 @@ from clustertwin.policies.psld.blocks import Block
 from clustertwin.policies.psld.placement import loads_of
 from clustertwin.policies.psld.profiling import Sample
 from clustertwin.policies.psld.scheduler import PSLDScheduler
-from clustertwin.runtime.psld.calibrate import Line, link_rate
+from clustertwin.runtime.psld.calibrate import Line, link_estimates, link_rate
 from clustertwin.runtime.psld.run import build_job
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.scenarios.psld_setup import scheduler_config
+from hypothesis import given
+from hypothesis import strategies as st
 
 SCENARIO = "scenarios/psld-real-gpu.yaml"
 
@@ -159,3 +161,30 @@ def test_link_rate_is_finite_when_the_link_is_not_the_bottleneck() -> None:
     assert math.isclose(link_rate(falling, W), W * 15e6 / 0.05)  # the rate it sustained
     for line in (significant, flat, falling):
         assert math.isfinite(link_rate(line, W)) and link_rate(line, W) > 0
+
+
+def test_a_lower_bound_below_the_measured_rate_takes_the_measured_rate() -> None:
+    # one PS measured, two only bounded far below it (the shape of the 1 x H200 ResNet-18 profiles)
+    assert link_estimates((59.7, 12.3, 11.4), (False, True, True)) == (59.7, 59.7, 59.7)
+    # a bound above the measured rates says that PS is at least that fast
+    assert link_estimates((50.0, 70.0, 10.0), (False, True, True)) == (50.0, 70.0, 50.0)
+    # with nothing measured the bounds are all there is
+    assert link_estimates((12.0, 14.0), (True, True)) == (12.0, 14.0)
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(1e-3, 1e4), st.booleans()),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_link_estimates_keep_measurements_and_only_raise_bounds(per_ps: list[tuple[float, bool]]) -> None:
+    rates, bounds = zip(*per_ps, strict=True)
+    out = link_estimates(rates, bounds)
+    measured = [r for r, b in per_ps if not b]
+    assert len(out) == len(rates)
+    for r, b, e in zip(rates, bounds, out, strict=True):
+        assert e == r if not b else e >= r
+        if b and measured:
+            assert e >= min(measured)  # never below every measurement
