@@ -38,6 +38,11 @@ def test_tiny_cpu_run_writes_a_complete_table(tmp_path: Path, capsys) -> None:
         assert all(math.isfinite(row[key]) for key in ("real_it_s", "sim_it_s", "rel_error"))
         assert row["real_it_s"] > 0 and row["sim_it_s"] > 0
     assert rows["mxnet"]["real_reassignments"] == 0 and rows["psld"]["real_reassignments"] >= 1
+    # PSLD's prediction is the median over the seeds, and seed 0 (the real run's stream) is one of them
+    psld = rows["psld"]
+    assert psld["sim_it_s"] == psld["sim_median_it_s"] and len(psld["sim_seed_it_s"]) == psld["sim_seeds"]
+    assert psld["sim_min_it_s"] <= psld["sim_it_s"] <= psld["sim_max_it_s"]
+    assert psld["sim_seed0_it_s"] == psld["sim_seed_it_s"][0]
     assert math.isfinite(results["speedup_real"]) and math.isfinite(results["speedup_sim"])
     # the pause of every reassignment was measured: PREPARE barrier plus vanilla state migration
     assert results["pauses"] and all(p["pause_s"] >= p["migration_s"] > 0 for p in results["pauses"])

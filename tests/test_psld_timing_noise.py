@@ -9,7 +9,7 @@ from clustertwin.runtime.psld.calibrate import Calibration, timing_noise
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.psld import run
 
-from experiments.psld_gpu import SCENARIO, _rate, seed_spread
+from experiments.psld_gpu import SCENARIO, _rate, current_calibration, seed_spread
 
 SHORT = ["real.device=cpu", "duration_s=3.0", "warmup_s=1.0"]
 
@@ -105,3 +105,22 @@ def test_a_seeded_range_of_no_seeds_is_refused(capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["resim", "--from", ".", "--seeds", "0"])
     assert exit_.value.code == 2 and "--seeds" in capsys.readouterr().err
+
+
+def test_a_saved_calibration_under_today_s_rules() -> None:
+    """``resim`` recomputes a saved folder's simulations with today's link estimate (a bound below the
+    measured rate takes it) and the noise measured on its samples fed; the other overrides stay."""
+    saved = {
+        "link_gbps_per_ps": [60.0, 12.0, 11.0],
+        "link_gbps_per_ps_bound": [False, True, True],
+        "overrides": ["cluster.worker_gbps=2.766667e+01", "cluster.server_gbps=2.766667e+01",
+                      "costs.message_latency_s=1.2e-02", "costs.timing_noise=0"],
+    }  # fmt: skip
+    parsed = dict(o.split("=", 1) for o in current_calibration(saved, 0.4))
+    assert float(parsed["cluster.server_gbps"]) == pytest.approx(60.0)
+    assert float(parsed["cluster.worker_gbps"]) == pytest.approx(60.0)
+    assert float(parsed["costs.timing_noise"]) == pytest.approx(0.4)
+    assert parsed["costs.message_latency_s"] == "1.2e-02"
+    # a folder without samples keeps its noise; one without per-PS rates keeps its link
+    old = {"overrides": saved["overrides"]}
+    assert current_calibration(old, float("nan")) == saved["overrides"]
