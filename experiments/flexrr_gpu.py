@@ -30,7 +30,13 @@ Outputs in DIR (9 files): ``results.json`` (everything, written last), ``results
 ``real_commits``, ``sim_iterations``, ``sim_messages`` (a ``run`` column tells the runs apart).
 
 ``report`` prints the markdown table of real vs simulated time per iteration per mode with relative
-errors (target: within 10%) and FlexRR's real time per iteration over its Ideal (target: within 20%).
+errors (target: within 10%) and FlexRR's real time per iteration over its Ideal (target: within 20%),
+and per worker the own-items time per iteration (real and simulated) and the real compute per item over
+the profile's: the simulation holds a worker's speed at its calibrated value, which workers sharing a
+GPU do not keep (one computes alone while the other sleeps).
+
+A line is printed as each real run ends. The runs record no loss curve (``real.record_loss``: nothing
+here reads it, and the launcher would pay a forward pass over 4096 examples per iteration).
 """
 
 from __future__ import annotations
@@ -377,6 +383,28 @@ def worker_rows(
     return rows
 
 
+def workers_from_folder(results: dict, folder: Path) -> list[dict[str, float | int | str | bool]]:
+    """``worker_rows`` of a finished run, from its ``results.json`` and iteration tables (none where the
+    tables are missing)."""
+    real_path, sim_path = folder / "real_iterations.parquet", folder / "sim_iterations.parquet"
+    if not (real_path.exists() and sim_path.exists()):
+        return []
+    real_it, sim_it = pd.read_parquet(real_path), pd.read_parquet(sim_path)
+
+    def result(table: pd.DataFrame, run: str, info: dict) -> RunResult:
+        return RunResult(tables={"iterations": table[table["run"] == run]}, info=info)
+
+    c = results["calibration"]
+    cal = Calibration(c["iteration_s_per_worker"], c["latency_s"], c["ps_sync_s"])
+    return worker_rows(
+        Setup(**results["setup"]),
+        cal,
+        result(real_it, "profile", results["profile_info"]),
+        [result(real_it, m, results["real_info"][m]) for m in MODES],
+        [result(sim_it, m, {}) for m in MODES],
+    )
+
+
 def _tag(result: RunResult, table: str, run: str) -> pd.DataFrame:
     return result.tables[table].assign(run=run)
 
@@ -590,7 +618,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not path.exists():
             print(f"error: {path} not found (an unfinished or missing run)", file=sys.stderr)
             return 2
-        print(markdown(json.loads(path.read_text())), end="")
+        results = json.loads(path.read_text())
+        if "workers" not in results:  # a run from before the per-worker table: rebuilt from its tables
+            results["workers"] = workers_from_folder(results, args.source)
+        print(markdown(results), end="")
         return 0
     options = {
         k: getattr(args, k)

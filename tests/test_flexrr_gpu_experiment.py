@@ -139,6 +139,19 @@ def test_report_prints_the_table(experiment, capsys):
     assert fg.main(["report", "--from", str(out / "nowhere")]) == 2
 
 
+def test_report_rebuilds_the_worker_table_of_an_older_run(experiment, tmp_path, capsys):
+    out, results = experiment
+    saved = json.loads((out / "results.json").read_text())
+    expected = fg.markdown(saved)
+    del saved["workers"]  # as written before the table existed
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    for name in ("real_iterations.parquet", "sim_iterations.parquet"):
+        (tmp_path / name).write_bytes((out / name).read_bytes())
+    assert fg.main(["report", "--from", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == expected
+    assert "| bsp | 0 (slowed) |" in expected
+
+
 def _profile_result(per_item: list[float], gap: float, iterations: int = 4) -> RunResult:
     """A synthetic BSP profile: worker w processes for per_item[w] * 10 s, then everyone waits for the
     slowest and starts ``gap`` after its completion."""
