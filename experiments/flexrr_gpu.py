@@ -30,7 +30,13 @@ Outputs in DIR (9 files): ``results.json`` (everything, written last), ``results
 ``real_commits``, ``sim_iterations``, ``sim_messages`` (a ``run`` column tells the runs apart).
 
 ``report`` prints the markdown table of real vs simulated time per iteration per mode with relative
-errors (target: within 10%) and FlexRR's real time per iteration over its Ideal (target: within 20%).
+errors (target: within 10%) and FlexRR's real time per iteration over its Ideal (target: within 20%),
+and per worker the own-items time per iteration (real and simulated) and the real compute per item over
+the profile's: the simulation holds a worker's speed at its calibrated value, which workers sharing a
+GPU do not keep (one computes alone while the other sleeps).
+
+A line is printed as each real run ends. The runs record no loss curve (``real.record_loss``: nothing
+here reads it, and the launcher would pay a forward pass over 4096 examples per iteration).
 """
 
 from __future__ import annotations
@@ -141,6 +147,9 @@ def base_overrides(setup: Setup, batch: int) -> list[str]:
         f"real.batch={batch}",
         "real.pacing=compute",
         f"real.poll_s={_f(setup.poll_s)}",
+        # nothing here reads the loss curve, and it costs a forward pass over 4096 examples per iteration
+        # in the launcher
+        "real.record_loss=false",
     ]
 
 
@@ -334,6 +343,68 @@ def _row(mode: str, real: RunResult, sim: RunResult, uncal: RunResult) -> dict[s
     }
 
 
+def _compute_per_item(result: RunResult) -> list[float]:
+    """Per worker: the seconds its chunks computed (GPU work, without injected sleeps) per item."""
+    compute = [float(c) for c in str(result.info["compute_s_per_worker"]).split(",")]
+    items = [int(c) for c in str(result.info["items_per_worker_processed"]).split(",")]
+    return [c / n if n else math.nan for c, n in zip(compute, items, strict=True)]
+
+
+def _own_s(result: RunResult) -> pd.Series:
+    """Per worker: the median time from an iteration's start to its own items being done."""
+    it = result.tables["iterations"]
+    return (it["own_done_s"] - it["start_s"]).groupby(it["worker"]).median()
+
+
+def worker_rows(
+    setup: Setup, cal: Calibration, profile: RunResult, reals: list[RunResult], sims: list[RunResult]
+) -> list[dict[str, float | int | str | bool]]:
+    """Per mode and worker, what the simulation takes as fixed and what the real run did: the own-items
+    time per iteration (real and simulated) and the real compute per item over the profile's. The
+    simulator holds each worker's undelayed speed at its calibrated value; a ratio away from 1 is a
+    worker whose device ran it faster or slower than in the profile (workers sharing a GPU speed each
+    other up while one sleeps)."""
+    base = _compute_per_item(profile)
+    rows: list[dict[str, float | int | str | bool]] = []
+    for mode, real, sim in zip(MODES, reals, sims, strict=True):
+        real_own, sim_own, per_item = _own_s(real), _own_s(sim), _compute_per_item(real)
+        for w in range(setup.workers):
+            rows.append(
+                {
+                    "mode": mode,
+                    "worker": w,
+                    "slowed": w in setup.slow_workers,
+                    "calibrated_iteration_s": cal.iteration_s_per_worker[w],
+                    "real_own_s": float(real_own.get(w, math.nan)),
+                    "sim_own_s": float(sim_own.get(w, math.nan)),
+                    "real_compute_per_item_vs_profile": per_item[w] / base[w] if base[w] else math.nan,
+                }
+            )
+    return rows
+
+
+def workers_from_folder(results: dict, folder: Path) -> list[dict[str, float | int | str | bool]]:
+    """``worker_rows`` of a finished run, from its ``results.json`` and iteration tables (none where the
+    tables are missing)."""
+    real_path, sim_path = folder / "real_iterations.parquet", folder / "sim_iterations.parquet"
+    if not (real_path.exists() and sim_path.exists()):
+        return []
+    real_it, sim_it = pd.read_parquet(real_path), pd.read_parquet(sim_path)
+
+    def result(table: pd.DataFrame, run: str, info: dict) -> RunResult:
+        return RunResult(tables={"iterations": table[table["run"] == run]}, info=info)
+
+    c = results["calibration"]
+    cal = Calibration(c["iteration_s_per_worker"], c["latency_s"], c["ps_sync_s"])
+    return worker_rows(
+        Setup(**results["setup"]),
+        cal,
+        result(real_it, "profile", results["profile_info"]),
+        [result(real_it, m, results["real_info"][m]) for m in MODES],
+        [result(sim_it, m, {}) for m in MODES],
+    )
+
+
 def _tag(result: RunResult, table: str, run: str) -> pd.DataFrame:
     return result.tables[table].assign(run=run)
 
@@ -366,16 +437,27 @@ def run_experiment(setup: Setup, out: Path, echo=print) -> dict:
     echo(f"[flexrr-gpu] batch (examples per item): {batch}", flush=True)
     lap("size")
 
+    def finished(step: str, names: Sequence[str]):
+        """A progress line as each run of a launch ends (the first one's time includes process start)."""
+        began = time.perf_counter()
+
+        def line(fraction: float, _text: str) -> None:
+            name = names[max(0, round(fraction * len(names)) - 1)]
+            echo(f"[flexrr-gpu] {step}: {name} done, {time.perf_counter() - began:.1f} s", flush=True)
+
+        return line
+
     prof_sc = profile_scenario(setup, batch)
     scenarios: list[FlexRRScenario] = []
     # the workers' per-rank files go to a scratch folder: DIR keeps only the collected tables
     with tempfile.TemporaryDirectory(prefix="flexrr-gpu-") as tmp:
-        profile, _ = run_real(prof_sc, Path(tmp) / "profile")
+        profile, _ = run_real(prof_sc, Path(tmp) / "profile", finished("profile", ["profile"]))
         lap("profile (real)")
         cal = calibrate(profile, prof_sc)
         echo(f"[flexrr-gpu] calibrated: {' '.join(cal.overrides())}", flush=True)
         scenarios = [mode_scenario(setup, batch, m, cal) for m in MODES]
-        reals = [r for r, _ in run_real_many(scenarios, Path(tmp) / "modes")]
+        runs = run_real_many(scenarios, Path(tmp) / "modes", finished("modes", MODES))
+        reals = [r for r, _ in runs]
     lap("modes (real)")
 
     sims = [simulate(s) for s in scenarios]
@@ -383,6 +465,7 @@ def run_experiment(setup: Setup, out: Path, echo=print) -> dict:
     lap("simulations")
 
     rows = [_row(m, r, s, u) for m, r, s, u in zip(MODES, reals, sims, uncals, strict=True)]
+    workers = worker_rows(setup, cal, profile, reals, sims)
     flexrr = next(r for r in rows if r["mode"] == "flexrr")
     checks = {
         "max_abs_sim_rel_error": max(abs(float(r["sim_rel_error"])) for r in rows),
@@ -418,6 +501,7 @@ def run_experiment(setup: Setup, out: Path, echo=print) -> dict:
             for m in MODES
         },
         "rows": rows,
+        "workers": workers,
         "checks": checks,
         "wall_s": wall,
         "versions": _versions(setup.device),
@@ -469,6 +553,21 @@ def markdown(results: dict) -> str:
             f" | {r['uncalibrated_sim_time_per_iteration_s']:.4f}"
             f" ({100 * r['uncalibrated_sim_rel_error']:+.1f}%) |"
         )
+    if results.get("workers"):
+        lines += [
+            "",
+            "Per worker: own-items time per iteration (median, start to own items done) real and simulated,"
+            " and the real compute per item over the profile's (the simulation holds it at 1).",
+            "",
+            "| mode | worker | calibrated s | real own s | sim own s | real compute / item vs profile |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for w in results["workers"]:
+            lines.append(
+                f"| {w['mode']} | {w['worker']}{' (slowed)' if w['slowed'] else ''}"
+                f" | {w['calibrated_iteration_s']:.4f} | {w['real_own_s']:.4f} | {w['sim_own_s']:.4f}"
+                f" | {w['real_compute_per_item_vs_profile']:.3f} |"
+            )
     c = results["checks"]
     yes = {True: "yes", False: "NO"}
     lines += [
@@ -519,7 +618,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not path.exists():
             print(f"error: {path} not found (an unfinished or missing run)", file=sys.stderr)
             return 2
-        print(markdown(json.loads(path.read_text())), end="")
+        results = json.loads(path.read_text())
+        if "workers" not in results:  # a run from before the per-worker table: rebuilt from its tables
+            results["workers"] = workers_from_folder(results, args.source)
+        print(markdown(results), end="")
         return 0
     options = {
         k: getattr(args, k)

@@ -50,8 +50,36 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     out = tmp_path_factory.mktemp("flexrr-gpu")
-    results = fg.run_experiment(TINY, out, echo=lambda *a, **k: None)
+    lines: list[str] = []
+    results = fg.run_experiment(TINY, out, echo=lambda line, **k: lines.append(line))
+    results["echo"] = lines
     return out, results
+
+
+def test_each_run_reports_as_it_ends(experiment):
+    _, results = experiment
+    done = [line.split(": ", 1)[1].split(" done")[0] for line in results["echo"] if " done, " in line]
+    assert done == ["profile", *fg.MODES]
+    scenarios = [fg.profile_scenario(TINY, 1), fg.mode_scenario(TINY, 1, "bsp", None)]
+    assert all(not s.real.record_loss for s in scenarios)
+    assert all("loss_per_iteration" not in info for info in results["real_info"].values())
+
+
+def test_worker_table_sets_each_workers_real_time_against_the_simulation(experiment):
+    out, results = experiment
+    rows = results["workers"]
+    assert [(r["mode"], r["worker"]) for r in rows] == [(m, w) for m in fg.MODES for w in range(TINY.workers)]
+    real_it = pd.read_parquet(out / "real_iterations.parquet")
+    sim_it = pd.read_parquet(out / "sim_iterations.parquet")
+    for r in rows:
+        for table, key in ((real_it, "real_own_s"), (sim_it, "sim_own_s")):
+            t = table[(table["run"] == r["mode"]) & (table["worker"] == r["worker"])]
+            assert r[key] == pytest.approx((t["own_done_s"] - t["start_s"]).median())
+        assert r["real_compute_per_item_vs_profile"] > 0
+        assert r["slowed"] == (r["worker"] in TINY.slow_workers)
+    # the simulation runs the undelayed worker at its calibrated speed
+    fast = [r for r in rows if not r["slowed"] and r["mode"] == "bsp"]
+    assert all(r["sim_own_s"] == pytest.approx(r["calibrated_iteration_s"]) for r in fast)
 
 
 def test_table_has_every_mode_with_finite_columns(experiment):
@@ -109,6 +137,19 @@ def test_report_prints_the_table(experiment, capsys):
         assert f"| {mode} |" in text
     assert "FlexRR real within 20% of Ideal" in text
     assert fg.main(["report", "--from", str(out / "nowhere")]) == 2
+
+
+def test_report_rebuilds_the_worker_table_of_an_older_run(experiment, tmp_path, capsys):
+    out, results = experiment
+    saved = json.loads((out / "results.json").read_text())
+    expected = fg.markdown(saved)
+    del saved["workers"]  # as written before the table existed
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    for name in ("real_iterations.parquet", "sim_iterations.parquet"):
+        (tmp_path / name).write_bytes((out / name).read_bytes())
+    assert fg.main(["report", "--from", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == expected
+    assert "| bsp | 0 (slowed) |" in expected
 
 
 def _profile_result(per_item: list[float], gap: float, iterations: int = 4) -> RunResult:

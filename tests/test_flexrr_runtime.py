@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from clustertwin.runtime.flexrr.launch import run_real
-from clustertwin.runtime.flexrr.model import problem_for, reference
+from clustertwin.runtime.flexrr.model import Trainer, problem_for, reference
 from clustertwin.scenarios.load import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,9 @@ def test_real_workers_process_every_item_exactly_once(mode, model, tmp_path):
             "stragglers.alpha=2.5",  # heavy stragglers, so work is reassigned
         ],
     )
-    result, final = run_real(s, tmp_path)
+    heard: list[tuple[float, str]] = []
+    result, final = run_real(s, tmp_path, lambda fraction, text: heard.append((fraction, text)))
+    assert heard == [(1.0, "run 1/1 finished")]
     expected = reference(problem_for(s, 400), s.iterations, s.effective_slack)
     torch.testing.assert_close(final, expected, rtol=1e-9, atol=1e-12)
     # every update crossed the sharded parameter server: 2 shards, one per emulated host
@@ -136,3 +138,31 @@ def test_the_ps_scenario_runs_for_real_and_compares_with_its_simulation(tmp_path
     assert main(["compare", str(sim), str(real)]) == 0
     printed = capsys.readouterr().out
     assert "time_per_iteration_s" in printed and "time_to_target_s" in printed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_runs_loss_curve_is_measured_on_the_workers_data(tmp_path):
+    """Data sets are generated on the device that uses them, and a CUDA generator's numbers are not the
+    CPU's: the curve must come from the CUDA data the workers trained on."""
+    s = load_scenario(
+        ROOT / "scenarios" / "flexrr-default.yaml",
+        [
+            "real.device=cuda",
+            "real.dtype=float32",
+            "cluster.machines=2",
+            "cluster.workers_per_machine=1",
+            "iterations=3",
+            "items_per_worker=40",
+            "rr.message_checks=4",
+            "iteration_s=0.1",
+            "mode=bsp",
+            "stragglers.model=none",
+        ],
+    )
+    result, final = run_real(s, tmp_path)
+    losses = [float(x) for x in result.info["loss_per_iteration"].split(",")]
+    problem = problem_for(s, 80)
+    on_cuda = Trainer(problem, "cuda:0").loss(final.to("cuda:0"))
+    assert losses[-1] == pytest.approx(on_cuda, rel=1e-5)
+    assert Trainer(problem).loss(final) != pytest.approx(on_cuda, rel=1e-5)  # why the device matters

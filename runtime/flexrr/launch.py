@@ -7,8 +7,12 @@ Its info adds the loss curve (``loss_per_iteration``: the training loss of ``W_0
 after the run from the shards' per-iteration updates, so measuring it costs the run nothing) and the
 iterations the run needed to reach ``convergence.target_loss`` (``measured_iterations_to_target``).
 
-``run_real_many(scenarios, out_dir)`` runs several scenarios of one cluster size in the same processes,
-one after the other (a GPU experiment pays process start, CUDA initialisation and data generation once).
+``run_real_many(scenarios, out_dir, progress)`` runs several scenarios of one cluster size in the same
+processes, one after the other (a GPU experiment pays process start, CUDA initialisation and data
+generation once); ``progress(fraction, "run i/n finished")`` is called as each one ends.
+
+The loss curve is evaluated on the run's device (``cuda:0`` for a CUDA run): the data sets are generated
+where they are used and differ between device types, so only that device reproduces the workers' data.
 
 Real ``messages`` rows are logged by the receiver: ``sent_s`` is the sender's clock at the send,
 ``arrived_s`` the time the receiver's poll (a message check, or an idle worker's poll) returned it. The
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,14 +38,21 @@ from clustertwin.scenarios.flexrr_schema import FlexRRScenario
 from clustertwin.scenarios.flexrr_setup import items_per_worker, run_tables
 from clustertwin.scenarios.results import RunResult
 
+Progress = Callable[[float, str], None]
 
-def run_real(scenario: FlexRRScenario, out_dir: Path) -> tuple[RunResult, torch.Tensor]:
+
+def run_real(
+    scenario: FlexRRScenario, out_dir: Path, progress: Progress | None = None
+) -> tuple[RunResult, torch.Tensor]:
     """Train for real; return the event tables and the final model."""
-    return run_real_many([scenario], out_dir)[0]
+    return run_real_many([scenario], out_dir, progress)[0]
 
 
-def run_real_many(scenarios: list[FlexRRScenario], out_dir: Path) -> list[tuple[RunResult, torch.Tensor]]:
-    """Run ``scenarios`` (same worker count and runtime device) in one set of worker processes."""
+def run_real_many(
+    scenarios: list[FlexRRScenario], out_dir: Path, progress: Progress | None = None
+) -> list[tuple[RunResult, torch.Tensor]]:
+    """Run ``scenarios`` (same worker count and runtime device) in one set of worker processes;
+    ``progress(fraction, text)`` hears of each finished scenario as it ends."""
     from clustertwin.runtime.flexrr.worker import process_main, shards
 
     if not scenarios:
@@ -59,7 +71,14 @@ def run_real_many(scenarios: list[FlexRRScenario], out_dir: Path) -> list[tuple[
         f"FlexRR PS shard {j}" for j in range(shards(first))
     ]
     args = ([s.model_dump_json() for s in scenarios], str(out_dir))
-    launch(process_main, len(roles), args, roles=roles)
+    n = len(scenarios)
+
+    def finished(fraction: float, _text: str) -> None:
+        if progress is not None:
+            progress(fraction, f"run {round(fraction * n)}/{n} finished")
+
+    # worker 0 reports once per finished scenario
+    launch(process_main, len(roles), args, roles=roles, expected=n, progress=finished)
     return [_collect(s, out_dir / f"run{i}") for i, s in enumerate(scenarios)]
 
 
@@ -102,12 +121,14 @@ def _loss_curve(scenario: FlexRRScenario, run_dir: Path, final: torch.Tensor) ->
     from clustertwin.runtime.flexrr.worker import shards
 
     per_shard = [torch.load(run_dir / f"shard{j}.pt") for j in range(shards(scenario))]
-    trainer = Trainer(problem_for(scenario, sum(items_per_worker(scenario))))
+    device = torch.device("cuda:0" if scenario.real.device == "cuda" else "cpu")
+    trainer = Trainer(problem_for(scenario, sum(items_per_worker(scenario))), device)
     w = trainer.w0.clone()
     losses = [trainer.loss(w)]
     for k in range(scenario.iterations):
-        w = w + torch.cat([updates[k] for updates in per_shard])
+        w = w + torch.cat([updates[k] for updates in per_shard]).to(device)
         losses.append(trainer.loss(w))
+    w = w.cpu()
     tol = 1e-9 if final.dtype == torch.float64 else 1e-4
     if not torch.allclose(w, final, rtol=tol, atol=tol * 1e-3):
         raise RuntimeError("the shards' updates do not add up to the model the workers read")

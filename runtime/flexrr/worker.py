@@ -40,7 +40,7 @@ from clustertwin.policies.flexrr.worker import Phase
 from clustertwin.runtime.flexrr.mailbox import StoreMailbox
 from clustertwin.runtime.flexrr.model import Problem, Trainer, problem_for
 from clustertwin.runtime.flexrr.ps import PSClient, data_plane, host_address, serve
-from clustertwin.runtime.launch import join
+from clustertwin.runtime.launch import join, report
 from clustertwin.scenarios.flexrr_schema import FlexRRReal, FlexRRScenario
 
 from clustertwin.atomic import write_bytes, write_text
@@ -78,7 +78,7 @@ def process_main(rank: int, scenarios_json: list[str], out_dir: str) -> None:
     """Entry point of one process (started by ``runtime.flexrr.launch`` through ``runtime.launch``):
     ranks below the worker count are workers, the others PS shards. Each scenario runs in turn; a
     worker writes ``out_dir/run{i}/rank{rank}.json``, a shard ``shard{j}.pt`` (its slice of every
-    iteration's update)."""
+    iteration's update). Worker 0 ``report``s each scenario's index as it finishes."""
     scenarios = [FlexRRScenario.model_validate_json(j) for j in scenarios_json]
     workers = scenarios[0].cluster.workers
     device = pick_device(scenarios[0].real, rank) if rank < workers else torch.device("cpu")
@@ -103,6 +103,8 @@ def process_main(rank: int, scenarios_json: list[str], out_dir: str) -> None:
             continue
         out = _run_one(ns, rank, workers, scenario, store, device, trainers, pg, world - workers)
         write_text(run_dir / f"rank{rank}.json", json.dumps(out))
+        if rank == 0:
+            report(i)  # the launcher's progress: every worker is past this run's closing barrier
     dist.destroy_process_group()
 
 
