@@ -14,6 +14,7 @@ from clustertwin.runtime.pipedream.distributed import boundaries  # noqa: E402
 from clustertwin.runtime.pipedream.models import ModelSource, SequentialWorkload, trace_shapes  # noqa: E402
 from clustertwin.scenarios.pipedream_real_section import (  # noqa: E402
     PIPEDREAM_CHUNKS_TABLE,
+    PIPEDREAM_STAGE_TIMES_TABLE,
     PIPEDREAM_LAYERS_TABLE,
 )
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
@@ -58,8 +59,14 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
     timed = tables["chunks"].set_index(["first_layer", "last_layer"])
     for st in stages.itertuples():
         assert timed.loc[(st.first_layer, st.last_layer), "forward_s"] > 0
+    # Each rank timed its stage inside the run, alone and beside ring traffic.
+    times = tables["stage_times"]
+    assert list(times.columns) == list(PIPEDREAM_STAGE_TIMES_TABLE)
+    assert sorted(zip(times["device"], times["stage"], strict=True)) == [(0, 0), (1, 1)]
+    assert (times[["forward_s", "backward_s", "forward_traffic_s", "backward_traffic_s"]] > 0).all().all()
     metrics = real.metrics
     assert metrics["throughput_samples_per_s"] > 0 and metrics["own_sim_throughput_samples_per_s"] > 0
+    assert {"own_sim_profile_throughput_error", "own_sim_no_traffic_throughput_error"} <= set(metrics)
     assert metrics["peak_memory_gib_max"] > 0
     # The measured profile plans the same stages in simulation; compare reads both folders.
     measured = f"model.profile={tmp_path / 'real'}"
