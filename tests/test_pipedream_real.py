@@ -14,8 +14,8 @@ from clustertwin.runtime.pipedream.distributed import boundaries  # noqa: E402
 from clustertwin.runtime.pipedream.models import ModelSource, SequentialWorkload, trace_shapes  # noqa: E402
 from clustertwin.scenarios.pipedream_real_section import (  # noqa: E402
     PIPEDREAM_CHUNKS_TABLE,
-    PIPEDREAM_STAGE_TIMES_TABLE,
     PIPEDREAM_LAYERS_TABLE,
+    PIPEDREAM_STAGE_TIMES_TABLE,
 )
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
 
