@@ -16,15 +16,19 @@ the same run from its own profile.
    (``runtime.pipedream.real``); with ``real.ddp_baseline`` the same samples again with data
    parallelism (one stage holding the whole model on every device: 1F1B-RR of one stage, [Narayanan]
    §2.4.2, whose update all-reduces every replica's gradient).
-4. **Simulate** the timed run's op lists from the run's own profile, the probed link and, for
-   replicated stages, the probed gradient synchronisation (``runtime.pipedream.probe``: the all-reduce
-   of each replicated chunk's real gradients among its replicas, as the runtime runs it, whose bus
-   bandwidth per group size enters the link table, ``Network.collective``; ``sim.pipedream.measured``),
-   with the runtime's memory model (SGD without momentum, gradient buffer per update): the
-   ``own_sim_*`` metrics, next to the measured ones.
+4. **Simulate** the timed run's op lists from the run's own measurements: each stage's forward and
+   backward as the ranks timed them inside the run, all devices busy (``probe.probe_compute``, the
+   ``stage_times`` table), the probed link and, for replicated stages, the probed gradient
+   synchronisation (``runtime.pipedream.probe``: the all-reduce of each replicated chunk's real gradients
+   among its replicas, as the runtime runs it, whose bus bandwidth per group size enters the link table,
+   ``Network.collective``; ``sim.pipedream.measured``); NCCL's stream-ordered receive (a message leaves
+   only once its receiver has reached the op that consumes it) and the measured slowdown of compute
+   while a transfer runs; the runtime's memory model (SGD without momentum, gradient buffer per
+   update): the ``own_sim_*`` metrics, next to the measured ones, and ``own_sim_profile_*`` (stages
+   timed on one idle device, transfers prefetched, no slowdown) and ``own_sim_no_traffic_*`` beside them.
 
 The run's tables follow the simulation's contract (``ops``, ``devices``, ``stages``) plus ``layers``, the
-measured profile, and ``chunks``: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` plans from
+measured profile, ``stage_times`` and ``chunks``: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` plans from
 the layers and costs the stages the run timed whole from ``chunks``, and ``clustertwin compare`` sets
 the two runs side by side.
 """
