@@ -16,21 +16,22 @@ the same run from its own profile.
    (``runtime.pipedream.real``); with ``real.ddp_baseline`` the same samples again with data
    parallelism (one stage holding the whole model on every device: 1F1B-RR of one stage, [Narayanan]
    §2.4.2, whose update all-reduces every replica's gradient).
-4. **Simulate** the timed run's op lists from the run's own measurements: each stage's forward and
-   backward as the ranks timed them inside the run, all devices busy (``probe.probe_compute``, the
-   ``stage_times`` table), the probed link and, for replicated stages, the probed gradient
+4. **Simulate** the timed run's op lists from the run's own measurements: each stage timed whole
+   (``chunks``), the probed link and, for replicated stages, the probed gradient
    synchronisation (``runtime.pipedream.probe``: the all-reduce of each replicated chunk's real gradients
    among its replicas, as the runtime runs it, whose bus bandwidth per group size enters the link table,
    ``Network.collective``; ``sim.pipedream.measured``); NCCL's stream-ordered receive (a message leaves
-   only once its receiver has reached the op that consumes it) and the measured slowdown of compute
-   while a transfer runs; the runtime's memory model (SGD without momentum, gradient buffer per
-   update): the ``own_sim_*`` metrics, next to the measured ones, and ``own_sim_profile_*`` (stages
-   timed on one idle device, transfers prefetched, no slowdown) and ``own_sim_no_traffic_*`` beside them.
+   only once its receiver has reached the op that consumes it) and the slowdown of compute while a
+   transfer runs, which every rank measures on its own stages inside the run, all devices busy
+   (``probe.probe_compute``, the ``stage_times`` table); the runtime's memory model (SGD without
+   momentum, gradient buffer per update): the ``own_sim_*`` metrics, next to the measured ones, and
+   beside them ``own_sim_profile_*`` (transfers prefetched, no slowdown), ``own_sim_no_traffic_*`` and
+   ``own_sim_in_run_*`` (the stage times of ``stage_times``).
 
 The run's tables follow the simulation's contract (``ops``, ``devices``, ``stages``) plus ``layers``, the
-measured profile, ``stage_times`` and ``chunks``: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` plans from
-the layers and costs the stages the run timed whole from ``chunks``, and ``clustertwin compare`` sets
-the two runs side by side.
+measured profile, ``stage_times`` and ``chunks``: ``clustertwin run SCENARIO --set
+model.profile=RUN_DIR`` plans from the layers and costs the stages the run timed whole from ``chunks``,
+and ``clustertwin compare`` sets the two runs side by side.
 """
 
 from __future__ import annotations
@@ -243,13 +244,15 @@ def _own_simulation(
     times: pd.DataFrame | None = None,
     rendezvous: bool = True,
     traffic: bool = True,
+    in_run: bool = False,
 ) -> dict[str, float]:
-    """The timed run simulated from the run's own measurements: its stages' compute as the ranks timed
-    it inside the run (``times``: one plan's ``stage_times`` rows; else the stages timed whole on one
-    device, ``chunks``), the probed link and collective, NCCL's receive-side rendezvous and the measured
-    slowdown of compute during transfers (``sim.pipedream.executor.simulate``)."""
-    in_run, slowdown = stage_compute(times) if times is not None and len(times) else ({}, None)
-    costs = measured_costs(layers, stages, schedule.batch_microbatches, chunks, in_run)
+    """The timed run simulated from the run's own measurements: its stages timed whole on one device
+    (``chunks``; with ``in_run``, as the ranks timed them inside the run: ``times``, one plan's
+    ``stage_times`` rows), the probed link and collective, NCCL's receive-side rendezvous and the
+    slowdown of compute during transfers measured by the ranks (``times``;
+    ``sim.pipedream.executor.simulate``)."""
+    inside, slowdown = stage_compute(times) if times is not None and len(times) else ({}, None)
+    costs = measured_costs(layers, stages, schedule.batch_microbatches, chunks, inside if in_run else None)
     network = Network(
         intra_bandwidth=link["bandwidth_Bps"],
         intra_latency=link["latency_s"],
@@ -297,12 +300,13 @@ def _stage_times(runs: dict[str, list[dict]], plans: list) -> pd.DataFrame:
     return contract_frame(PIPEDREAM_STAGE_TIMES_TABLE, rows)
 
 
-# The own simulation's variants, each as a throughput error next to the full one (``own_sim_*``): what
-# the earlier model gave (stages timed on one device, transfers prefetched, no slowdown) and the full
-# model without the transfer slowdown.
+# The own simulation's variants, each as a throughput error next to the full one (``own_sim_*``): the
+# model before the transfers were modelled (transfers prefetched, no slowdown), the full model without
+# the slowdown, and with the stage times the ranks measured inside the run.
 VARIANTS = {
-    "profile": {"times": False, "rendezvous": False, "traffic": False},
+    "profile": {"rendezvous": False, "traffic": False},
     "no_traffic": {"traffic": False},
+    "in_run": {"in_run": True},
 }
 
 
@@ -375,7 +379,7 @@ def run_real(
     }
 
     def own_sim(name: str, schedule: Schedule, plan_stages: tuple[StagePlan, ...], **variant: bool) -> dict:
-        mine = times[times["plan"] == name] if variant.pop("times", True) else None
+        mine = times[times["plan"] == name]
         return _own_simulation(
             scenario, schedule, layers, plan_stages, link, collectives[name], chunks, mine, **variant
         )
@@ -401,10 +405,11 @@ def run_real(
         info["ddp_peak_memory_gib_max"] = max(r["peak_bytes"] for r in ddp) / GIB
         info["speedup_over_ddp"] = real_tput / info["ddp_throughput_samples_per_s"]
         ddp_own = own_sim("ddp", plans[1].timed, ddp_stages)
-        ddp_profile = own_sim("ddp", plans[1].timed, ddp_stages, **VARIANTS["profile"])
-        info["ddp_own_sim_profile_throughput_error"] = (
-            ddp_profile["throughput_samples_per_s"] / info["ddp_throughput_samples_per_s"] - 1.0
-        )
+        for variant in ("profile", "in_run"):
+            other = own_sim("ddp", plans[1].timed, ddp_stages, **VARIANTS[variant])
+            info[f"ddp_own_sim_{variant}_throughput_error"] = (
+                other["throughput_samples_per_s"] / info["ddp_throughput_samples_per_s"] - 1.0
+            )
         info["ddp_own_sim_throughput_samples_per_s"] = ddp_own["throughput_samples_per_s"]
         info["ddp_own_sim_throughput_error"] = (
             ddp_own["throughput_samples_per_s"] / info["ddp_throughput_samples_per_s"] - 1.0

@@ -66,7 +66,8 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
     assert (times[["forward_s", "backward_s", "forward_traffic_s", "backward_traffic_s"]] > 0).all().all()
     metrics = real.metrics
     assert metrics["throughput_samples_per_s"] > 0 and metrics["own_sim_throughput_samples_per_s"] > 0
-    assert {"own_sim_profile_throughput_error", "own_sim_no_traffic_throughput_error"} <= set(metrics)
+    variants = ("profile", "no_traffic", "in_run")
+    assert {f"own_sim_{v}_throughput_error" for v in variants} <= set(metrics)
     assert metrics["peak_memory_gib_max"] > 0
     # The measured profile plans the same stages in simulation; compare reads both folders.
     measured = f"model.profile={tmp_path / 'real'}"
