@@ -16,17 +16,22 @@ the same run from its own profile.
    (``runtime.pipedream.real``); with ``real.ddp_baseline`` the same samples again with data
    parallelism (one stage holding the whole model on every device: 1F1B-RR of one stage, [Narayanan]
    §2.4.2, whose update all-reduces every replica's gradient).
-4. **Simulate** the timed run's op lists from the run's own profile, the probed link and, for
-   replicated stages, the probed gradient synchronisation (``runtime.pipedream.probe``: the all-reduce
-   of each replicated chunk's real gradients among its replicas, as the runtime runs it, whose bus
-   bandwidth per group size enters the link table, ``Network.collective``; ``sim.pipedream.measured``),
-   with the runtime's memory model (SGD without momentum, gradient buffer per update): the
-   ``own_sim_*`` metrics, next to the measured ones.
+4. **Simulate** the timed run's op lists from the run's own measurements: each stage timed whole
+   (``chunks``), the probed link and, for replicated stages, the probed gradient
+   synchronisation (``runtime.pipedream.probe``: the all-reduce of each replicated chunk's real gradients
+   among its replicas, as the runtime runs it, whose bus bandwidth per group size enters the link table,
+   ``Network.collective``; ``sim.pipedream.measured``); NCCL's stream-ordered receive (a message leaves
+   only once its receiver has reached the op that consumes it) and the slowdown of compute while a
+   transfer runs, which every rank measures on its own stages inside the run, all devices busy
+   (``probe.probe_compute``, the ``stage_times`` table); the runtime's memory model (SGD without
+   momentum, gradient buffer per update): the ``own_sim_*`` metrics, next to the measured ones, and
+   beside them ``own_sim_profile_*`` (transfers prefetched, no slowdown), ``own_sim_no_traffic_*`` and
+   ``own_sim_in_run_*`` (the stage times of ``stage_times``).
 
 The run's tables follow the simulation's contract (``ops``, ``devices``, ``stages``) plus ``layers``, the
-measured profile, and ``chunks``: ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` plans from
-the layers and costs the stages the run timed whole from ``chunks``, and ``clustertwin compare`` sets
-the two runs side by side.
+measured profile, ``stage_times`` and ``chunks``: ``clustertwin run SCENARIO --set
+model.profile=RUN_DIR`` plans from the layers and costs the stages the run timed whole from ``chunks``,
+and ``clustertwin compare`` sets the two runs side by side.
 """
 
 from __future__ import annotations
@@ -43,11 +48,20 @@ from clustertwin.errors import InputError
 from clustertwin.policies.pipedream.ops import Schedule
 from clustertwin.policies.pipedream.partition import StagePlan
 from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
-from clustertwin.scenarios.pipedream_real_section import PIPEDREAM_CHUNKS_TABLE, PIPEDREAM_LAYERS_TABLE
+from clustertwin.scenarios.pipedream_real_section import (
+    PIPEDREAM_CHUNKS_TABLE,
+    PIPEDREAM_LAYERS_TABLE,
+    PIPEDREAM_STAGE_TIMES_TABLE,
+)
 from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
 from clustertwin.scenarios.results import RunResult, contract_frame
 from clustertwin.sim.pipedream.executor import simulate
-from clustertwin.sim.pipedream.measured import collective_table, measured_costs, planner_profile
+from clustertwin.sim.pipedream.measured import (
+    collective_table,
+    measured_costs,
+    planner_profile,
+    stage_compute,
+)
 from clustertwin.sim.pipedream.model import Device, MemoryModel, Network
 from clustertwin.sim.pipedream.runner import build, tables
 
@@ -227,10 +241,18 @@ def _own_simulation(
     link: dict,
     collective: tuple[tuple[int, float], ...],
     chunks: pd.DataFrame,
+    times: pd.DataFrame | None = None,
+    rendezvous: bool = True,
+    traffic: bool = True,
+    in_run: bool = False,
 ) -> dict[str, float]:
-    """The timed run simulated from the run's own profile (its stages timed whole), the probed link and
-    the probed collective."""
-    costs = measured_costs(layers, stages, schedule.batch_microbatches, chunks)
+    """The timed run simulated from the run's own measurements: its stages timed whole on one device
+    (``chunks``; with ``in_run``, as the ranks timed them inside the run: ``times``, one plan's
+    ``stage_times`` rows), the probed link and collective, NCCL's receive-side rendezvous and the
+    slowdown of compute during transfers measured by the ranks (``times``;
+    ``sim.pipedream.executor.simulate``)."""
+    inside, slowdown = stage_compute(times) if times is not None and len(times) else ({}, None)
+    costs = measured_costs(layers, stages, schedule.batch_microbatches, chunks, inside if in_run else None)
     network = Network(
         intra_bandwidth=link["bandwidth_Bps"],
         intra_latency=link["latency_s"],
@@ -240,13 +262,52 @@ def _own_simulation(
     )
     devices = [Device() for _ in schedule.workers]
     memory = MemoryModel(gradient_factor=1.0, optimizer_factor=0.0, gradient_buffer="per_update")
-    out = simulate(schedule, costs, devices, network, memory, overlap_allreduce=False)
+    if slowdown is not None:
+        slowdown = (slowdown + [(0.0, 0.0)] * len(costs))[: len(costs)]
+    out = simulate(
+        schedule,
+        costs,
+        devices,
+        network,
+        memory,
+        overlap_allreduce=False,
+        rendezvous=rendezvous,
+        transfer_slowdown=slowdown if traffic else None,
+    )
     samples = schedule.num_microbatches * scenario.microbatch_size
     return {
         "makespan_s": out.makespan_s,
         "throughput_samples_per_s": samples / out.makespan_s,
         "peak_memory_gib_max": max(out.peak_memory) / GIB,
     }
+
+
+def _stage_times(runs: dict[str, list[dict]], plans: list) -> pd.DataFrame:
+    """The ``stage_times`` table: every rank's ``probe_compute`` rows of every plan."""
+    rows = []
+    for plan in plans:
+        for item in runs[plan.name]:
+            device = plan.timed.workers[item["rank"]].device
+            for r in item.get("compute", []):
+                rows.append(
+                    {
+                        "plan": plan.name,
+                        "device": device,
+                        "stage": int(r["chunk"]),
+                        **{k: float(r[k]) for k in PIPEDREAM_STAGE_TIMES_TABLE if k.endswith("_s")},
+                    }
+                )
+    return contract_frame(PIPEDREAM_STAGE_TIMES_TABLE, rows)
+
+
+# The own simulation's variants, each as a throughput error next to the full one (``own_sim_*``): the
+# model before the transfers were modelled (transfers prefetched, no slowdown), the full model without
+# the slowdown, and with the stage times the ranks measured inside the run.
+VARIANTS = {
+    "profile": {"rendezvous": False, "traffic": False},
+    "no_traffic": {"traffic": False},
+    "in_run": {"in_run": True},
+}
 
 
 def run_real(
@@ -311,10 +372,19 @@ def run_real(
             runs[item["plan"]].append(item)
     result = _result(scenario, plan, timed, costs, devices, runs["plan"], layers)
     result.tables["chunks"] = chunks
+    times = _stage_times(runs, plans)
+    result.tables["stage_times"] = times
     collectives = {
         name: collective_table(p for r in ranks for p in r["sync"]) for name, ranks in runs.items()
     }
-    own = _own_simulation(scenario, timed, layers, stages, link, collectives["plan"], chunks)
+
+    def own_sim(name: str, schedule: Schedule, plan_stages: tuple[StagePlan, ...], **variant: bool) -> dict:
+        mine = times[times["plan"] == name]
+        return _own_simulation(
+            scenario, schedule, layers, plan_stages, link, collectives[name], chunks, mine, **variant
+        )
+
+    own = own_sim("plan", timed, stages)
     info = result.info
     for name, table in collectives.items():
         prefix = "" if name == "plan" else f"{name}_"
@@ -324,6 +394,9 @@ def run_real(
     info["link_bandwidth_gbs"] = link["bandwidth_Bps"] / 1e9
     real_tput = info["samples"] / info["makespan_s"]
     info["own_sim_throughput_error"] = own["throughput_samples_per_s"] / real_tput - 1.0
+    for variant, options in VARIANTS.items():
+        other = own_sim("plan", timed, stages, **options)
+        info[f"own_sim_{variant}_throughput_error"] = other["throughput_samples_per_s"] / real_tput - 1.0
     if real.ddp_baseline:
         ddp = runs["ddp"]
         wall = max(r["wall_s"] for r in ddp)
@@ -331,9 +404,12 @@ def run_real(
         info["ddp_throughput_samples_per_s"] = ddp_samples / wall
         info["ddp_peak_memory_gib_max"] = max(r["peak_bytes"] for r in ddp) / GIB
         info["speedup_over_ddp"] = real_tput / info["ddp_throughput_samples_per_s"]
-        ddp_own = _own_simulation(
-            scenario, plans[1].timed, layers, ddp_stages, link, collectives["ddp"], chunks
-        )
+        ddp_own = own_sim("ddp", plans[1].timed, ddp_stages)
+        for variant in ("profile", "in_run"):
+            other = own_sim("ddp", plans[1].timed, ddp_stages, **VARIANTS[variant])
+            info[f"ddp_own_sim_{variant}_throughput_error"] = (
+                other["throughput_samples_per_s"] / info["ddp_throughput_samples_per_s"] - 1.0
+            )
         info["ddp_own_sim_throughput_samples_per_s"] = ddp_own["throughput_samples_per_s"]
         info["ddp_own_sim_throughput_error"] = (
             ddp_own["throughput_samples_per_s"] / info["ddp_throughput_samples_per_s"] - 1.0

@@ -45,6 +45,19 @@ PIPEDREAM_CHUNKS_TABLE: dict[str, str] = {
     "backward_s": "float64",
 }
 
+# Each plan's chunks timed by the ranks that hold them, inside the run (all devices busy): one row per
+# (plan, device, stage); ``forward_s``, ``backward_s`` alone, and ``*_traffic_s`` while NCCL copies
+# messages to and from the device's ring neighbours (NaN where the plan sends nothing between devices).
+PIPEDREAM_STAGE_TIMES_TABLE: dict[str, str] = {
+    "plan": "str",
+    "device": "int64",
+    "stage": "int64",
+    "forward_s": "float64",
+    "backward_s": "float64",
+    "forward_traffic_s": "float64",
+    "backward_traffic_s": "float64",
+}
+
 
 class PipeDreamReal(_Strict):
     """How ``--backend real`` runs a pipedream scenario (the simulator ignores this section).

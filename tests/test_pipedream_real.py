@@ -15,6 +15,7 @@ from clustertwin.runtime.pipedream.models import ModelSource, SequentialWorkload
 from clustertwin.scenarios.pipedream_real_section import (  # noqa: E402
     PIPEDREAM_CHUNKS_TABLE,
     PIPEDREAM_LAYERS_TABLE,
+    PIPEDREAM_STAGE_TIMES_TABLE,
 )
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES  # noqa: E402
 
@@ -22,6 +23,7 @@ from clustertwin import api  # noqa: E402
 from clustertwin.errors import InputError  # noqa: E402
 from clustertwin.kinds import get_kind  # noqa: E402
 from clustertwin.pipedream_real import check  # noqa: E402
+from experiments.pipedream_real_resimulate import _variants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "pipedream-real-cpu.yaml"
@@ -58,8 +60,21 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
     timed = tables["chunks"].set_index(["first_layer", "last_layer"])
     for st in stages.itertuples():
         assert timed.loc[(st.first_layer, st.last_layer), "forward_s"] > 0
+    # Each rank timed its stage inside the run, alone and beside ring traffic.
+    times = tables["stage_times"]
+    assert list(times.columns) == list(PIPEDREAM_STAGE_TIMES_TABLE)
+    assert sorted(zip(times["device"], times["stage"], strict=True)) == [(0, 0), (1, 1)]
+    assert (times[["forward_s", "backward_s", "forward_traffic_s", "backward_traffic_s"]] > 0).all().all()
     metrics = real.metrics
     assert metrics["throughput_samples_per_s"] > 0 and metrics["own_sim_throughput_samples_per_s"] > 0
+    variants = ("profile", "no_traffic", "in_run")
+    assert {f"own_sim_{v}_throughput_error" for v in variants} <= set(metrics)
+    # The run folder alone gives its own simulation back, variant by variant.
+    [(_, measured_tput, errors)] = _variants(tmp_path / "real")
+    assert measured_tput == pytest.approx(metrics["throughput_samples_per_s"])
+    assert errors["+slowdown (own_sim)"] == pytest.approx(metrics["own_sim_throughput_error"])
+    assert errors["profile"] == pytest.approx(metrics["own_sim_profile_throughput_error"])
+    assert errors["in-run stage times"] == pytest.approx(metrics["own_sim_in_run_throughput_error"])
     assert metrics["peak_memory_gib_max"] > 0
     # The measured profile plans the same stages in simulation; compare reads both folders.
     measured = f"model.profile={tmp_path / 'real'}"

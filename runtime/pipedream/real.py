@@ -1,6 +1,7 @@
 """One rank of a ``kind: pipedream`` real run: probe the link, then for each of the run's plans (the
 scenario's, and the data-parallel baseline when asked) a probe of its replicated chunks' gradient
-synchronisation (``runtime.pipedream.probe``), an untimed warm-up of the plan's schedule, a timed run,
+synchronisation and of its chunks' compute, alone and beside NCCL traffic (``runtime.pipedream.probe``),
+an untimed warm-up of the plan's schedule, a timed run,
 and on CPU a memory run.
 
 Every rank executes its worker's op list of the very schedule the simulator executes
@@ -22,7 +23,7 @@ from clustertwin.policies.pipedream.ops import Schedule
 from clustertwin.runtime.launch import report
 from clustertwin.runtime.pipedream.distributed import StageExecutor, barrier, init_rank
 from clustertwin.runtime.pipedream.memtrace import allocations
-from clustertwin.runtime.pipedream.probe import probe_link, probe_sync
+from clustertwin.runtime.pipedream.probe import probe_compute, probe_link, probe_sync
 from clustertwin.runtime.pipedream.workload import Workload
 
 # (small, large) message bytes and timed repetitions of the point-to-point probe: on NVLink a large
@@ -30,6 +31,7 @@ from clustertwin.runtime.pipedream.workload import Workload
 # needs fewer repetitions (a CPU run is short).
 LINK_PROBE = {"cuda": ((4096, 64 << 20), 10), "cpu": ((4096, 16 << 20), 3)}
 SYNC_REPS = 5  # timed repetitions of each replicated chunk's gradient synchronisation (the median)
+COMPUTE_REPS = 5  # timed forward-backward pairs of each chunk per condition (the median)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ def rank_main(rank: int, backend: str, plans: list[RealPlan], lr: float) -> None
         executor.workload = plan.workload
         executor.layout = None  # a new workload: build its chunks afresh
         sync = probe_sync(executor, plan.timed, SYNC_REPS)
+        compute = probe_compute(executor, plan.timed, COMPUTE_REPS)
         if plan.warmup is not None:
             executor.run(plan.warmup)
         record = executor.run(plan.timed)
@@ -83,6 +86,7 @@ def rank_main(rank: int, backend: str, plans: list[RealPlan], lr: float) -> None
                 "wall_s": record.wall_s,
                 "peak_bytes": peak,
                 "sync": sync,
+                "compute": compute,
             }
         )
         executor.modules, executor.weights, executor.layout = {}, {}, None

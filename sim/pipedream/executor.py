@@ -51,6 +51,8 @@ def simulate(
     parallel_pipelines: int = 1,
     overlap_allreduce: bool = True,
     progress: Callable[[float, str], None] | None = None,
+    rendezvous: bool = False,
+    transfer_slowdown: Sequence[tuple[float, float]] | None = None,
 ) -> SimOutcome:
     """Run ``schedule`` to completion. ``devices[w.device]`` runs worker ``w``; ``costs[c]`` is chunk
     ``c``. ``parallel_pipelines`` > 1 models that many identical pipelines (data parallelism over
@@ -58,7 +60,14 @@ def simulate(
 
     ``overlap_allreduce`` models wait-free backpropagation (DDP's gradient buckets): an update's ring
     all-reduce may run while the backward that produced its gradients is still computing, so its
-    duration is credited with the time since the latest replica's backward began."""
+    duration is credited with the time since the latest replica's backward began.
+
+    ``rendezvous``: a message leaves only once its receiver has reached the op that consumes it (NCCL's
+    stream-ordered receive, as ``runtime.pipedream.p2p`` posts it: the receive kernel cannot start before
+    the compute stream has finished the receiver's earlier ops), so a transfer is never prefetched into
+    the receiver's previous op. ``transfer_slowdown[c]`` = (s_F, s_B): chunk ``c``'s forward and backward
+    run at speed 1 / (1 + s) while a transfer of their device (sent or received) is in flight, the
+    measured cost of NCCL's copy kernels sharing the GPU (``runtime.pipedream.probe.probe_compute``)."""
     if len(costs) != schedule.num_chunks:
         raise ValueError(f"schedule has {schedule.num_chunks} chunks but {len(costs)} chunk costs were given")
     if len(devices) < len(schedule.workers):
@@ -83,6 +92,36 @@ def simulate(
     peak_versions = [1] * len(schedule.workers)
     total_ops = sum(len(w.ops) for w in schedule.workers)
     done_ops = [0]
+    posted_events: dict[tuple[str, int, int], simpy.Event] = {}
+    in_flight = [0] * len(devices)  # transfers of each device in flight
+    rate_changed = [env.event() for _ in devices]
+
+    def posted(key: tuple[str, int, int]) -> simpy.Event:
+        if key not in posted_events:
+            posted_events[key] = env.event()
+        return posted_events[key]
+
+    def transfers(device: int, delta: int) -> None:
+        before = in_flight[device]
+        in_flight[device] += delta
+        if (before == 0) != (in_flight[device] == 0):
+            event, rate_changed[device] = rate_changed[device], env.event()
+            event.succeed()
+
+    def compute(device: int, work: float, slowdown: float) -> object:
+        """``work`` seconds at full speed, at 1 / (1 + slowdown) while a transfer of ``device`` runs."""
+        if slowdown <= 0:
+            yield env.timeout(work)
+            return
+        remaining = work
+        while remaining > 0:
+            rate = 1.0 / (1.0 + slowdown) if in_flight[device] else 1.0
+            began = env.now
+            timer = env.timeout(remaining / rate)
+            fired = yield timer | rate_changed[device]
+            if timer in fired:
+                return
+            remaining -= (env.now - began) * rate
 
     def arrival(key: tuple[str, int, int]) -> simpy.Event:
         if key not in arrivals:
@@ -138,16 +177,24 @@ def simulate(
             arrival(key).succeed()
             return
         a, b = devices[src], devices[dst]
+        if rendezvous:
+            yield posted(key)
         with engines[src].request() as req:
             yield req
             if a.server != b.server:
                 with nics[a.server].request() as nic:
                     yield nic
                     start = env.now
+                    transfers(src, 1)
+                    transfers(dst, 1)
                     yield env.timeout(network.transfer_s(a, b, nbytes))
             else:
                 start = env.now
+                transfers(src, 1)
+                transfers(dst, 1)
                 yield env.timeout(network.transfer_s(a, b, nbytes))
+            transfers(src, -1)
+            transfers(dst, -1)
         rows.append((src, src_w, c, schedule.workers[src_w].replica, kind, k, -1, start, env.now, nbytes))
         arrival(key).succeed()
 
@@ -221,8 +268,10 @@ def simulate(
             c, k, cost = op.chunk, op.microbatch, costs[op.chunk]
             if c not in worker.chunks:
                 raise ScheduleError(f"worker {wi} runs {op} on a chunk it does not hold ({worker.chunks})")
+            slow_f, slow_b = transfer_slowdown[c] if transfer_slowdown is not None else (0.0, 0.0)
             if op.kind == "F":
                 if c > 0:
+                    posted(("act", k, c)).succeed()
                     yield arrival(("act", k, c))
                 yield version_event(wi, c, op.version)
                 if op.version not in live[(wi, c)]:
@@ -234,7 +283,7 @@ def simulate(
                 stash_count[wi] += 1
                 peak_stash[wi] = max(peak_stash[wi], stash_count[wi])
                 start = env.now
-                yield env.timeout(cost.forward_s / dev.speed)
+                yield from compute(worker.device, cost.forward_s / dev.speed, slow_f)
                 busy[worker.device] += env.now - start
                 rows.append((worker.device, wi, c, worker.replica, "F", k, op.version, start, env.now, 0.0))
                 forwarded[(k, c)] = op.version
@@ -247,6 +296,7 @@ def simulate(
                         f"worker {wi}: backward of microbatch {k} on chunk {c} before its forward"
                     )
                 if c < last:
+                    posted(("grad", k, c)).succeed()
                     yield arrival(("grad", k, c))
                 start = env.now
                 backward_start[(wi, c)] = start
@@ -254,7 +304,7 @@ def simulate(
                 if memory.recompute:
                     duration += cost.forward_s
                     mem.change(env.now, "transient", cost.activation_bytes, f"recompute mb {k} chunk {c}")
-                yield env.timeout(duration / dev.speed)
+                yield from compute(worker.device, duration / dev.speed, slow_b)
                 busy[worker.device] += env.now - start
                 if memory.recompute:
                     mem.change(env.now, "transient", -cost.activation_bytes, "recompute done")

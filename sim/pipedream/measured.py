@@ -62,10 +62,12 @@ def measured_costs(
     stages: Sequence[StagePlan],
     batch_microbatches: int,
     chunks: pd.DataFrame | None = None,
+    in_run: Mapping[int, tuple[float, float]] | None = None,
 ) -> list[ChunkCost]:
-    """Per-stage costs of one microbatch for the real runtime (see the module docstring). A stage that
-    ``chunks`` (a run's ``chunks`` table) timed whole takes its forward and backward from there, as the
-    runtime runs it; any other sums its layers'."""
+    """Per-stage costs of one microbatch for the real runtime (see the module docstring). A stage in
+    ``in_run`` (stage index -> forward and backward seconds timed inside the run, ``stage_compute``) takes
+    those; else one that ``chunks`` (a run's ``chunks`` table) timed whole takes its forward and backward
+    from there, as the runtime runs it; any other sums its layers'."""
     rows = layers.sort_values("layer").reset_index(drop=True)
     whole = {}
     if chunks is not None:
@@ -73,6 +75,7 @@ def measured_costs(
             (int(r.first_layer), int(r.last_layer)): (float(r.forward_s), float(r.backward_s))
             for r in chunks.itertuples(index=False)
         }
+    in_run = in_run or {}
     accumulate = (batch_microbatches - 1) / batch_microbatches
     add_column = "accumulate_s" if "accumulate_s" in rows.columns else "update_s"
     costs = []
@@ -80,8 +83,11 @@ def measured_costs(
         group = rows.iloc[st.first : st.last + 1]
         update = float(group["update_s"].sum())
         add = float(group[add_column].sum())
-        forward, backward = whole.get(
-            (st.first, st.last), (float(group["forward_s"].sum()), float(group["backward_s"].sum()))
+        forward, backward = in_run.get(
+            i,
+            whole.get(
+                (st.first, st.last), (float(group["forward_s"].sum()), float(group["backward_s"].sum()))
+            ),
         )
         costs.append(
             ChunkCost(
@@ -115,3 +121,28 @@ def collective_table(probes: Iterable[Mapping[str, float]]) -> tuple[tuple[int, 
         total[0] += 2 * (members - 1) / members * nbytes
         total[1] += seconds
     return tuple(sorted((r, moved / max(t, 1e-12)) for r, (moved, t) in sums.items() if moved > 0))
+
+
+def stage_compute(
+    times: pd.DataFrame,
+) -> tuple[dict[int, tuple[float, float]], list[tuple[float, float]]]:
+    """From one plan's rows of a run's ``stage_times`` table: per stage, the forward and backward seconds
+    timed inside the run (the mean over the devices that hold it), and per stage (s_F, s_B), the
+    slowdown of its forward and backward while a transfer runs (traffic over alone, 0 where nothing was
+    sent, never below 0: a transfer does not speed compute up), ``simulate``'s ``transfer_slowdown``."""
+    means = times.groupby("stage")[
+        ["forward_s", "backward_s", "forward_traffic_s", "backward_traffic_s"]
+    ].mean()
+    in_run = {int(c): (float(r.forward_s), float(r.backward_s)) for c, r in means.iterrows()}
+    slowdown = []
+    for c in range(int(means.index.max()) + 1 if len(means) else 0):
+        if c not in means.index:
+            slowdown.append((0.0, 0.0))
+            continue
+        r = means.loc[c]
+        pair = []
+        for kind in ("forward", "backward"):
+            ratio = r[f"{kind}_traffic_s"] / r[f"{kind}_s"] - 1.0 if r[f"{kind}_s"] > 0 else 0.0
+            pair.append(max(float(ratio), 0.0) if ratio == ratio else 0.0)
+        slowdown.append((pair[0], pair[1]))
+    return in_run, slowdown
