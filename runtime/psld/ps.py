@@ -603,6 +603,18 @@ def run_worker(
     PS, in the order the PS sends them, each stamped as it completes (gloo's ``is_completed`` only turns
     true inside ``wait``): waiting in block order would time a fast PS's block queued behind a
     throttled PS's block as slow as that one.
+
+    Every pull's receive is posted, and those threads started, before the gradient is computed and
+    pushed, so a PS can send a block's pull as soon as it has served it, while the worker still pushes
+    the blocks behind it (a full-duplex NIC, as in the simulator). *Why:* gloo sends a message only once
+    the receiver's "ready to receive" notice has arrived, and that notice goes out on the same
+    connection, after whatever the worker queued there before. Posted after the pushes, every receive
+    notice to a PS trailed the worker's push bytes to it, so all of a PS's pulls to a worker left
+    together once the PS had read that worker's last push, and the threads that stamp them started only
+    after the last push was issued. A PS's first blocks, served early, then held most of the push phase
+    and its last ones almost none: on 1 x H200 with ResNet-18 every block's raw time was about 25 ms, the
+    scheduler's samples fell from 21 ms to 2-7 ms along a PS's blocks, and identical PSs read 6-8 ms or
+    11-15 ms by which blocks they held (docs/algorithms/psld.md, "Known gaps").
     """
     w = rank - job.ps_ranks
     if job.device == "cuda":
@@ -622,6 +634,19 @@ def run_worker(
             if new is not None:
                 owners = list(new)
                 resume()  # blocked until the PSs have migrated: k*'s samples hold no migration
+            # Every pull's receive is posted, and its PS's waiter thread started, before the gradient is
+            # computed and pushed: a PS may send a block's pull the moment it has served it.
+            pulled = {b.id: torch.empty(b.nbytes // job.itemsize, dtype=job.dtype) for b in job.blocks}
+            by_server: dict[int, list] = {}
+            for b in job.blocks:
+                by_server.setdefault(owners[b.id], []).append(
+                    (b.id, dist.irecv(pulled[b.id], owners[b.id], tag=b.id))
+                )
+            reports = {r: torch.empty(len(works), dtype=torch.float64) for r, works in by_server.items()}
+            waits = [
+                pool.submit(_wait_in_order, works, dist.irecv(reports[r], r, tag=job.report_tag))
+                for r, works in by_server.items()
+            ]
             t0 = time.perf_counter()
             grad = compute_gradient(params, w, k, job, device, losses)
             if compute_s is not None:
@@ -633,17 +658,9 @@ def run_worker(
             for b in job.blocks:
                 issued[b.id] = time.perf_counter()
                 sends.append(dist.isend(grad[_slice(b, job.itemsize)].contiguous(), owners[b.id], tag=b.id))
-            pulled = {b.id: torch.empty(b.nbytes // job.itemsize, dtype=job.dtype) for b in job.blocks}
-            by_server: dict[int, list] = {}
-            for b in job.blocks:
-                by_server.setdefault(owners[b.id], []).append(
-                    (b.id, dist.irecv(pulled[b.id], owners[b.id], tag=b.id))
-                )
-            reports = {r: torch.empty(len(works), dtype=torch.float64) for r, works in by_server.items()}
-            waits = [(works, dist.irecv(reports[r], r, tag=job.report_tag)) for r, works in by_server.items()]
             done: dict[int, float] = {}
-            for stamps in pool.map(_wait_in_order, *zip(*waits, strict=True)):
-                done.update(stamps)
+            for future in waits:
+                done.update(future.result())
             for r in sends:
                 r.wait()
             held = {
@@ -685,7 +702,8 @@ def shaped(
     bytes through the real transport, standing for every push of the iteration to that PS: the PS sees
     only where a real transfer ends), the emulated NIC's carrying of the block's pushes, the PS's
     service (summing, the vanilla update, a CPU straggler's pace) and the pull's transfer to this
-    worker. Left out: the wait for the slowest worker's push, and every queue behind earlier blocks.
+    worker. Left out: the wait for the slowest worker's push, and every queue behind earlier blocks (a
+    pull no longer waits for the worker to post its receive: ``run_worker`` posts it before pushing).
 
     *Why:* before, a PS's first block of an iteration was timed from its push (so it held the wait for the
     slowest worker's push, 10-30 ms in the third GPU run) and every later one from the previous pull (the
