@@ -196,8 +196,14 @@ class GavelSimulation:
         left = self.remaining[jobs]
         finishes = (rate > 0) & (rate * run >= left)
         steps = np.where(finishes, left, rate * run)
-        with np.errstate(divide="ignore"):
-            finish_t = np.where(finishes, start + overhead[combo] + left / rate, np.inf)
+        # Dividing only where a slot finishes (its rate is then > 0): np.where's values, without an
+        # errstate context per round.
+        finish_t = np.add(
+            start + overhead[combo],
+            np.divide(left, rate, out=np.zeros_like(left), where=finishes),
+            out=np.full(len(jobs), np.inf),
+            where=finishes,
+        )
         preempted = np.zeros(len(jobs), dtype=bool)
         if self.market is not None:
             # A worker terminated mid-round takes its jobs' progress since their last checkpoint (the
