@@ -21,6 +21,7 @@ jobs' are (§5.3.3: throughputs are measured online as jobs run).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -79,6 +80,11 @@ class RoundPlan:
 
     def __len__(self) -> int:
         return len(self.job_ids)
+
+    @functools.cached_property
+    def num_gpus(self) -> np.ndarray:
+        """(a,) GPUs each combination holds (computed once: the executor and the scheduler both read it)."""
+        return np.fromiter(map(len, self.gpus), np.int64, len(self.gpus))
 
     def assignments(self) -> list[Assignment]:
         return [
@@ -272,7 +278,7 @@ class GavelScheduler:
             for job_id, n in steps.items():
                 self._arrays.steps_done[self._slot_of[job_id]] += n
         if self.prices is not None:
-            gpus = np.fromiter(map(len, plan.gpus), float, len(plan))
+            gpus = plan.num_gpus.astype(float)
             held = np.asarray(self.prices, dtype=float)[np.asarray(plan.worker_types, dtype=np.int64)]
             self.spent_usd += float(np.sum(held * gpus * np.asarray(seconds, dtype=float)) / 3600.0)
         self.combos.record_round(

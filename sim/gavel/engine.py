@@ -194,8 +194,9 @@ class GavelSimulation:
         overhead = np.minimum(overhead, length)
         run = length - overhead[combo]
         left = self.remaining[jobs]
-        finishes = (rate > 0) & (rate * run >= left)
-        steps = np.where(finishes, left, rate * run)
+        reach = rate * run
+        finishes = (rate > 0) & (reach >= left)
+        steps = np.where(finishes, left, reach)
         # Dividing only where a slot finishes (its rate is then > 0): np.where's values, without an
         # errstate context per round.
         finish_t = np.add(
@@ -249,7 +250,7 @@ class GavelSimulation:
                 np.where(finishes | preempted, finish_t, latest),
                 jobs,
                 types,
-                np.fromiter(map(len, plan.gpus), np.int64, len(plan))[combo],
+                plan.num_gpus[combo],
                 plan.consolidated[combo],
                 plan.renewed[combo],
                 steps,
