@@ -105,7 +105,7 @@ def test_block_selection_matches_the_greedy_loop(instance):
 
 
 @st.composite
-def placements(draw):
+def placements(draw, singles: bool = False):
     per_server = draw(st.lists(st.sampled_from([1, 2, 3, 4, 8]), min_size=1, max_size=3))
     # Some types end on a partly filled server (a count that is not a multiple of the server size).
     gpus = [k * draw(st.integers(1, 5)) - draw(st.integers(0, k - 1)) for k in per_server]
@@ -115,7 +115,7 @@ def placements(draw):
     owned = [set() for _ in gpus]
     for _ in range(draw(st.integers(1, 20))):
         j = draw(st.integers(0, len(gpus) - 1))
-        sf = draw(st.sampled_from([1, 1, 2, 4, 8]))
+        sf = 1 if singles else draw(st.sampled_from([1, 1, 2, 4, 8]))
         if sf > free[j]:
             continue
         free[j] -= sf
@@ -140,6 +140,16 @@ def placements(draw):
 @settings(max_examples=60, deadline=None)
 @given(placements())
 def test_grouped_placement_matches_one_job_at_a_time(instance):
+    check_placement(instance)
+
+
+@settings(max_examples=60, deadline=None)
+@given(placements(singles=True))
+def test_single_gpu_placement_of_all_types_at_once_matches_one_job_at_a_time(instance):
+    check_placement(instance)
+
+
+def check_placement(instance):
     layout, types, sfs, last_type, last_gpus, last_cons = instance
     if not len(types):
         return

@@ -13,6 +13,7 @@ keep their relative order, which is all the mechanism's tie-breaks read.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 
 import numpy as np
@@ -202,9 +203,10 @@ class ComboTable:
         self.last_type[:] = -1
         self.last_type[rows] = types
         self.last_consolidated[rows] = consolidated
-        last_gpus = self.last_gpus
-        for row, held in zip(rows.tolist(), gpus, strict=True):
-            last_gpus[row] = held
+        if len(gpus) != len(rows):
+            raise ValueError(f"{len(rows)} rows ran but {len(gpus)} placements were given")
+        # One C-level pass instead of a Python loop over the round's ~100 rows.
+        collections.deque(map(self.last_gpus.__setitem__, rows.tolist(), gpus), maxlen=0)
         self.elapsed += duration_s
 
     def _compact(self) -> None:

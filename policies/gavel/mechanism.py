@@ -16,8 +16,10 @@ mechanism needs (§5.5: "a job that doesn't run gains priority").
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from clustertwin.policies.gavel.cluster import ClusterLayout
@@ -29,8 +31,9 @@ UNSERVED_PRIORITY = 1e9
 def priorities(allocation: np.ndarray, received: np.ndarray, elapsed: np.ndarray) -> np.ndarray:
     """``X / share`` per combination and type; ``UNSERVED_PRIORITY·X`` where nothing was received yet."""
     share = received / elapsed[:, None]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        prio = np.where(share > 0, allocation / share, UNSERVED_PRIORITY * allocation)
+    # Dividing only where share > 0 gives np.where's values without its 0/0 warnings, and so without
+    # an errstate context, which costs more than the arithmetic on a round's ~100 rows.
+    prio = np.divide(allocation, share, out=UNSERVED_PRIORITY * allocation, where=share > 0)
     prio[allocation <= 1e-9] = 0.0
     return prio
 
@@ -58,7 +61,7 @@ def select_round(
         return _select_with_pairs(prio, deficit, allocation, members, scale_factors, capacity, type_order)
     busy = np.zeros(prio.shape[0], dtype=bool)
     rows: list[np.ndarray] = []
-    types: list[np.ndarray] = []
+    types: list[int] = []
     one_gpu_each = not scale_factors.size or int(scale_factors.max()) == 1
     for j in type_order:
         free = int(capacity[j])
@@ -75,10 +78,11 @@ def select_round(
         chosen = order[:free] if one_gpu_each else _fill(order, scale_factors[order], free)
         busy[chosen] = True
         rows.append(chosen)
-        types.append(np.full(chosen.size, j, dtype=np.int64))
+        types.append(j)
     if not rows:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(rows).astype(np.int64, copy=False), np.concatenate(types)
+    sizes = [chosen.size for chosen in rows]
+    return np.concatenate(rows).astype(np.int64, copy=False), np.repeat(np.array(types, np.int64), sizes)
 
 
 def _fill(order: np.ndarray, needs: np.ndarray, free: int) -> np.ndarray:
@@ -171,11 +175,15 @@ def place_round(
     types = np.asarray(types, dtype=np.int64)
     scale_factors = np.asarray(scale_factors, dtype=np.int64)
     renewed = np.asarray(last_type) == types
-    renews = renewed.tolist()
-    gpus: list[tuple[int, ...]] = [held if r else () for held, r in zip(last_gpus, renews, strict=True)]
     consolidated = np.where(renewed, last_consolidated, False)
     if renewed.all():
-        return gpus, consolidated, renewed
+        return list(last_gpus), consolidated, renewed
+    if scale_factors.size and int(scale_factors.max()) == 1:
+        placed = _place_singles(layout, types, renewed, last_gpus, consolidated)
+        if placed is not None:
+            return placed
+    renews = renewed.tolist()
+    gpus: list[tuple[int, ...]] = [held if r else () for held, r in zip(last_gpus, renews, strict=True)]
     for j in np.bincount(types[~renewed], minlength=len(layout.gpus)).nonzero()[0].tolist():
         free = np.ones(layout.gpus[j], dtype=bool)
         on_type = types == j
@@ -186,6 +194,77 @@ def place_round(
         pending = pending[np.argsort(-scale_factors[pending], kind="stable")]
         _place_type(layout, j, free, pending, scale_factors[pending], gpus, consolidated)
     return gpus, consolidated, renewed
+
+
+def _place_singles(
+    layout: ClusterLayout,
+    types: np.ndarray,
+    renewed: np.ndarray,
+    last_gpus: Sequence[tuple[int, ...]],
+    consolidated: np.ndarray,
+) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray] | None:
+    """:func:`place_round` when every combination needs one GPU (most rounds of a single-GPU trace).
+
+    `_place_type`'s single-GPU rule (the free GPUs in order of their server's free count, then GPU
+    number, one per pending combination in row order) for every type at once: GPUs and servers are
+    numbered across types (`_FleetIndex`), so one stable sort by (type, server's free count) replaces
+    a sort per type. A renewed combination holds exactly one GPU, so the renewed leases' GPUs are one
+    flat array.
+    """
+    fleet = _FleetIndex.of(layout)
+    kept = np.fromiter(
+        itertools.chain.from_iterable(itertools.compress(last_gpus, renewed.tolist())), np.int64
+    )
+    if kept.size != np.count_nonzero(renewed):
+        return None  # a renewed lease that holds no GPU (only hand-made inputs): the general rule
+    free = np.ones(fleet.type_of_gpu.size, dtype=bool)
+    free[fleet.first_gpu[types[renewed]] + kept] = False
+    ids = free.nonzero()[0]
+    server = fleet.server_of_gpu[ids]
+    id_types = fleet.type_of_gpu[ids]
+    ranked = ids[np.lexsort((np.bincount(server, minlength=fleet.num_servers)[server], id_types))]
+    pending = (~renewed).nonzero()[0]
+    pending = pending[np.argsort(types[pending], kind="stable")]  # by type, then row
+    need = np.bincount(types[pending], minlength=len(layout.gpus))
+    have = np.bincount(id_types, minlength=len(layout.gpus))
+    if (need > have).any():
+        j = int(np.flatnonzero(need > have)[0])
+        raise ValueError(f"placement on {layout.worker_types[j]} asked for more GPUs than are free")
+    # Type j's free GPUs are ranked[start_j : start_j + have_j]; its pending rows take the first need_j.
+    start = np.cumsum(have) - have
+    within = np.arange(pending.size) - np.repeat(np.cumsum(need) - need, need)
+    chosen = ranked[np.repeat(start, need) + within]
+    gpus = list(last_gpus)
+    for i, g in zip(pending.tolist(), (chosen - fleet.first_gpu[types[pending]]).tolist(), strict=True):
+        gpus[i] = (g,)
+    consolidated[pending] = True
+    return gpus, consolidated, renewed
+
+
+@dataclass(frozen=True)
+class _FleetIndex:
+    """The GPUs of every type numbered one after another (type j's GPU g is ``first_gpu[j] + g``), with
+    each one's type and server, servers also numbered across types."""
+
+    first_gpu: np.ndarray
+    type_of_gpu: np.ndarray
+    server_of_gpu: np.ndarray
+    num_servers: int
+
+    @staticmethod
+    def of(layout: ClusterLayout) -> _FleetIndex:
+        return _fleet_index(layout.gpus, layout.gpus_per_server)
+
+
+@functools.lru_cache(maxsize=64)
+def _fleet_index(gpus: tuple[int, ...], per_server: tuple[int, ...]) -> _FleetIndex:
+    counts = np.asarray(gpus, dtype=np.int64)
+    servers = -(-counts // np.asarray(per_server, dtype=np.int64))
+    type_of_gpu = np.repeat(np.arange(len(gpus)), counts)
+    first_gpu = np.cumsum(counts) - counts
+    local = np.arange(type_of_gpu.size) - first_gpu[type_of_gpu]
+    server_of_gpu = (np.cumsum(servers) - servers)[type_of_gpu] + local // np.asarray(per_server)[type_of_gpu]
+    return _FleetIndex(first_gpu, type_of_gpu, server_of_gpu, int(servers.sum()))
 
 
 def _place_type(

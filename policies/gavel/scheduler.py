@@ -21,6 +21,7 @@ jobs' are (§5.3.3: throughputs are measured online as jobs run).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -79,6 +80,11 @@ class RoundPlan:
 
     def __len__(self) -> int:
         return len(self.job_ids)
+
+    @functools.cached_property
+    def num_gpus(self) -> np.ndarray:
+        """(a,) GPUs each combination holds (computed once: the executor and the scheduler both read it)."""
+        return np.fromiter(map(len, self.gpus), np.int64, len(self.gpus))
 
     def assignments(self) -> list[Assignment]:
         return [
@@ -272,7 +278,7 @@ class GavelScheduler:
             for job_id, n in steps.items():
                 self._arrays.steps_done[self._slot_of[job_id]] += n
         if self.prices is not None:
-            gpus = np.array([len(g) for g in plan.gpus], dtype=float)
+            gpus = plan.num_gpus.astype(float)
             held = np.asarray(self.prices, dtype=float)[np.asarray(plan.worker_types, dtype=np.int64)]
             self.spent_usd += float(np.sum(held * gpus * np.asarray(seconds, dtype=float)) / 3600.0)
         self.combos.record_round(
@@ -405,13 +411,12 @@ class GavelScheduler:
             types,
             ct.scale_factors[rows],
             ct.last_type[rows],
-            [ct.last_gpus[r] for r in rows.tolist()],
+            # map over a bound method: the same list as a comprehension, in half the time at ~100 rows
+            list(map(ct.last_gpus.__getitem__, rows.tolist())),
             ct.last_consolidated[rows],
         )
-        keys = ct.keys
-        return RoundPlan(
-            rows, [keys[r] for r in rows.tolist()], types, gpus, consolidated, renewed, ct.members[rows]
-        )
+        keys = list(map(ct.keys.__getitem__, rows.tolist()))
+        return RoundPlan(rows, keys, types, gpus, consolidated, renewed, ct.members[rows])
 
     def rates(self) -> dict[int, float]:
         """Each job's effective throughput τ_m(X) under the current allocation (the ideal mechanism)."""

@@ -194,10 +194,17 @@ class GavelSimulation:
         overhead = np.minimum(overhead, length)
         run = length - overhead[combo]
         left = self.remaining[jobs]
-        finishes = (rate > 0) & (rate * run >= left)
-        steps = np.where(finishes, left, rate * run)
-        with np.errstate(divide="ignore"):
-            finish_t = np.where(finishes, start + overhead[combo] + left / rate, np.inf)
+        reach = rate * run
+        finishes = (rate > 0) & (reach >= left)
+        steps = np.where(finishes, left, reach)
+        # Dividing only where a slot finishes (its rate is then > 0): np.where's values, without an
+        # errstate context per round.
+        finish_t = np.add(
+            start + overhead[combo],
+            np.divide(left, rate, out=np.zeros_like(left), where=finishes),
+            out=np.full(len(jobs), np.inf),
+            where=finishes,
+        )
         preempted = np.zeros(len(jobs), dtype=bool)
         if self.market is not None:
             # A worker terminated mid-round takes its jobs' progress since their last checkpoint (the
@@ -243,7 +250,7 @@ class GavelSimulation:
                 np.where(finishes | preempted, finish_t, latest),
                 jobs,
                 types,
-                np.fromiter(map(len, plan.gpus), np.int64, len(plan))[combo],
+                plan.num_gpus[combo],
                 plan.consolidated[combo],
                 plan.renewed[combo],
                 steps,
