@@ -63,7 +63,7 @@ from clustertwin.sim.pipedream.measured import (
     stage_compute,
 )
 from clustertwin.sim.pipedream.model import Device, MemoryModel, Network
-from clustertwin.sim.pipedream.runner import build, tables
+from clustertwin.sim.pipedream.runner import build, ops_table, tables
 
 Progress = Callable[[float, str], None]
 GIB = 2.0**30
@@ -94,6 +94,8 @@ def check(scenario: PipeDreamScenario, backend: str) -> None:
         and "a real run profiles its own model",
         "vertical_sync": scenario.vertical_sync
         and "the runtime keeps only the weight versions its schedule stashes, not the input stage's",
+        "model.measured": scenario.model.measured is not None
+        and "a real run simulates itself with every variant of its measured model (own_sim_*)",
     }
     for name, why in refusals.items():
         if why:
@@ -403,6 +405,9 @@ def run_real(
         ddp_samples = plans[1].timed.num_microbatches * scenario.microbatch_size
         info["ddp_throughput_samples_per_s"] = ddp_samples / wall
         info["ddp_peak_memory_gib_max"] = max(r["peak_bytes"] for r in ddp) / GIB
+        result.tables["ddp_ops"] = ops_table(
+            [row for r in sorted(ddp, key=lambda r: r["rank"]) for row in r["rows"]]
+        )
         info["speedup_over_ddp"] = real_tput / info["ddp_throughput_samples_per_s"]
         ddp_own = own_sim("ddp", plans[1].timed, ddp_stages)
         for variant in ("profile", "in_run"):

@@ -26,6 +26,25 @@ from pydantic import (
 PIPEDREAM_PATH_FIELDS: dict[str, tuple[str, ...]] = {"model.profile": tuple(BUNDLED_BATCH_SIZES)}
 
 
+class PipeDreamMeasured(_Strict):
+    """How a real run's folder (``model.profile``) is simulated: by default with the model the run
+    simulates itself with (its ``own_sim_*``), each ingredient switchable (``sim.pipedream.measured``)."""
+
+    # layers: a stage sums its layers' profiled times; whole: a stage whose layers the run timed whole
+    # (its chunks table) takes those times; in_run: a stage the run's ranks timed inside the run (its
+    # stage_times table) takes those, else as whole
+    stage_times: Literal["layers", "whole", "in_run"] = "whole"
+    # run: every transfer crosses the link the run probed and a replicated stage's all-reduce runs at the
+    # bus bandwidth it measured (the run's processes share one host); cluster: the cluster section's links
+    link: Literal["run", "cluster"] = "run"
+    # a message leaves only once its receiver has reached the op that consumes it (NCCL's stream-ordered
+    # receive); false: transfers are prefetched into the receiver's earlier ops
+    rendezvous: bool = True
+    # compute slows down while a transfer of its device runs, by the factor the run's ranks measured
+    # for the same layers (stage_times)
+    transfer_slowdown: bool = True
+
+
 class PipeDreamModel(_Strict):
     """Which per-layer profile to plan and simulate."""
 
@@ -36,13 +55,17 @@ class PipeDreamModel(_Strict):
     # (hierarchical with replicated stages, brute_force) or whose stages name blocks (manual); coarsening
     # can change the plan, so every bundled profile (at most 347 layers) plans at full resolution.
     max_blocks: PositiveInt = 512
+    # A real run's folder only: which of the run's measurements its simulation uses (null: all of them,
+    # as the run's own simulation)
+    measured: PipeDreamMeasured | None = None
 
     @model_validator(mode="after")
     def _profile_exists(self) -> PipeDreamModel:
-        if self.profile in BUNDLED_BATCH_SIZES:
-            return self
-        if (Path(self.profile) / "layers.parquet").exists():
-            return self  # a real run's measured profile, at that run's microbatch size
+        run_folder = (Path(self.profile) / "layers.parquet").exists()
+        if self.measured is not None and not run_folder:
+            raise ValueError("measured applies to a real run's folder as profile only")
+        if self.profile in BUNDLED_BATCH_SIZES or run_folder:
+            return self  # a run folder: the measured profile, at that run's microbatch size
         if not Path(self.profile).exists():
             raise ValueError(
                 f"profile must be a bundled model ({', '.join(BUNDLED_BATCH_SIZES)}) or a graph.txt path;"

@@ -42,7 +42,7 @@ TINY = [
 
 
 def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path) -> None:
-    real = api.run(SCENARIO, "real", TINY, tmp_path / "real", plots=False)
+    real = api.run(SCENARIO, "real", [*TINY, "real.ddp_baseline=true"], tmp_path / "real", plots=False)
     tables = real.tables
     for name, columns in PIPEDREAM_TABLES.items():
         assert set(columns) <= set(tables[name].columns), name
@@ -63,14 +63,16 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
     # Each rank timed its stage inside the run, alone and beside ring traffic.
     times = tables["stage_times"]
     assert list(times.columns) == list(PIPEDREAM_STAGE_TIMES_TABLE)
-    assert sorted(zip(times["device"], times["stage"], strict=True)) == [(0, 0), (1, 1)]
-    assert (times[["forward_s", "backward_s", "forward_traffic_s", "backward_traffic_s"]] > 0).all().all()
+    mine = times[times["plan"] == "plan"]
+    assert sorted(zip(mine["device"], mine["stage"], strict=True)) == [(0, 0), (1, 1)]
+    assert (mine[["forward_s", "backward_s", "forward_traffic_s", "backward_traffic_s"]] > 0).all().all()
     metrics = real.metrics
     assert metrics["throughput_samples_per_s"] > 0 and metrics["own_sim_throughput_samples_per_s"] > 0
     variants = ("profile", "no_traffic", "in_run")
     assert {f"own_sim_{v}_throughput_error" for v in variants} <= set(metrics)
     # The run folder alone gives its own simulation back, variant by variant.
-    [(_, measured_tput, errors)] = _variants(tmp_path / "real")
+    [(_, measured_tput, errors), (_, ddp_tput, _)] = _variants(tmp_path / "real")
+    assert ddp_tput == pytest.approx(metrics["ddp_throughput_samples_per_s"])
     assert measured_tput == pytest.approx(metrics["throughput_samples_per_s"])
     assert errors["+slowdown (own_sim)"] == pytest.approx(metrics["own_sim_throughput_error"])
     assert errors["profile"] == pytest.approx(metrics["own_sim_profile_throughput_error"])
@@ -86,6 +88,49 @@ def test_tiny_real_run_writes_the_simulations_tables_and_compares(tmp_path: Path
     compared = get_kind("pipedream").comparison.compare(tmp_path / "sim", tmp_path / "real", tmp_path / "cmp")
     assert set(compared.pairs) == {"throughput_samples_per_s", "peak_memory_gib_max"}
     assert compared.pairs["throughput_samples_per_s"][1] == pytest.approx(metrics["throughput_samples_per_s"])
+    # Simulating the run folder with the run's own plan gives back the run's own simulation, with each
+    # ingredient of the measured model switched as the run's variants switch it.
+    exact = {"rel": 1e-9, "abs": 0.0}
+    for key in ("makespan_s", "throughput_samples_per_s", "peak_memory_gib_max"):
+        assert sim.metrics[key] == pytest.approx(metrics[f"own_sim_{key}"], **exact), key
+    variants = {
+        "profile": ["model.measured={rendezvous: false, transfer_slowdown: false}"],
+        "no_traffic": ["model.measured.transfer_slowdown=false"],
+        "in_run": ["model.measured.stage_times=in_run"],
+    }
+    for variant, options in variants.items():
+        other = api.run(SCENARIO, "sim", [*TINY, measured, *options], tmp_path / variant, plots=False)
+        error = other.metrics["throughput_samples_per_s"] / metrics["throughput_samples_per_s"] - 1.0
+        assert error == pytest.approx(metrics[f"own_sim_{variant}_throughput_error"], **exact), variant
+    # The cluster's links instead of the probed one change the answer (the option is honoured).
+    cluster = api.run(SCENARIO, "sim", [*TINY, measured, "model.measured.link=cluster"], tmp_path / "c")
+    assert cluster.metrics["makespan_s"] != pytest.approx(sim.metrics["makespan_s"], **exact)
+    # The data-parallel baseline, planned by hand as the run ran it, gives back its own simulation too
+    # (the probed all-reduce and the baseline's own stage times and slowdown).
+    last = len(tables["layers"]) - 1
+    ddp_plan = [
+        "schedule=1f1b",
+        "planner.mode=manual",
+        f"planner.stages=[{{first: 0, last: {last}, replicas: 2}}]",
+    ]
+    ddp_sim = api.run(SCENARIO, "sim", [*TINY, measured, *ddp_plan], tmp_path / "ddp", plots=False)
+    assert ddp_sim.metrics["throughput_samples_per_s"] == pytest.approx(
+        metrics["ddp_own_sim_throughput_samples_per_s"], **exact
+    )
+    assert (ddp_sim.tables["ops"]["kind"] == "allreduce").any()
+    # The baseline's own op table: every rank's forwards, backwards and updates, timed.
+    ddp_ops = tables["ddp_ops"]
+    assert list(ddp_ops.columns) == list(PIPEDREAM_TABLES["ops"])
+    kinds = ddp_ops.groupby("device")["kind"].value_counts().unstack(fill_value=0)
+    assert sorted(kinds.index) == [0, 1] and (kinds["F"] == kinds["B"]).all() and (kinds["F"] > 0).all()
+    assert kinds["F"].sum() == (ddp_sim.tables["ops"]["kind"] == "F").sum()
+    assert (ddp_ops["stage"] == 0).all() and (ddp_ops["end_s"] >= ddp_ops["start_s"]).all()
+    assert ddp_ops["end_s"].max() <= 2 * kinds["F"].sum() / metrics["ddp_throughput_samples_per_s"] * 1.001
+
+
+def test_measured_options_need_a_run_folder() -> None:
+    with pytest.raises(InputError, match="measured"):
+        api.load(SCENARIO, ["model.measured.rendezvous=false"])
 
 
 @pytest.mark.parametrize(

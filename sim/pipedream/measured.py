@@ -8,20 +8,33 @@ every backward but the first of an update adds its gradient into the accumulator
 measured as the runtime adds; ``update_s`` for run folders that lack it), and every ``W`` is one SGD
 step of the stage's weights (``update_s``) after, on a replicated stage, the replicas' all-reduce,
 priced by the link table's measured collective (``collective_table``).
+
+A run folder simulated as a scenario's profile (``clustertwin run SCENARIO --set model.profile=RUN_DIR``)
+also takes the rest of what the run measured (``RunMeasurements``, chosen by the scenario's
+``model.measured``): the probed link and all-reduce bus bandwidth, and per run of layers the stage times
+its ranks measured inside the run and the slowdown of that compute while a transfer runs. These are
+keyed by the stage's layers, so a plan whose stages are the run's gets back the run's own simulation
+and a stage the run did not hold sums its layers (and has no slowdown).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from clustertwin.policies.pipedream.partition import StagePlan
-from clustertwin.sim.pipedream.model import ChunkCost
+from clustertwin.sim.pipedream.model import ChunkCost, Network
 from clustertwin.traces.pipedream_profile import Layer, ModelProfile
 
 LAYERS_FILE = "layers.parquet"
 CHUNKS_FILE = "chunks.parquet"
+STAGES_FILE = "stages.parquet"
+STAGE_TIMES_FILE = "stage_times.parquet"
+SUMMARY_FILE = "summary.json"
 
 
 def is_run_folder(path: str | Path) -> bool:
@@ -146,3 +159,80 @@ def stage_compute(
             pair.append(max(float(ratio), 0.0) if ratio == ratio else 0.0)
         slowdown.append((pair[0], pair[1]))
     return in_run, slowdown
+
+
+Span = tuple[int, int]  # a stage's (first layer, last layer)
+
+
+@dataclass(frozen=True)
+class RunMeasurements:
+    """What a real run measured beyond its profile, keyed so that any plan can use it: the probed link,
+    the gradient all-reduce's bus bandwidth per group size, and per run of layers (``Span``) the
+    forward and backward seconds its ranks timed inside the run and their slowdown (s_F, s_B) while a
+    transfer runs (``stage_compute``)."""
+
+    latency_s: float
+    bandwidth_Bps: float
+    collective: tuple[tuple[int, float], ...]
+    in_run: Mapping[Span, tuple[float, float]]
+    slowdown: Mapping[Span, tuple[float, float]]
+
+    def network(self) -> Network:
+        """Every transfer over the probed link (the run's processes share one host)."""
+        return Network(
+            intra_bandwidth=self.bandwidth_Bps,
+            intra_latency=self.latency_s,
+            inter_bandwidth=self.bandwidth_Bps,
+            inter_latency=self.latency_s,
+            collective=self.collective,
+        )
+
+    def stage_in_run(self, stages: Sequence[StagePlan]) -> dict[int, tuple[float, float]]:
+        """``measured_costs``'s ``in_run`` for ``stages``: those the run's ranks timed."""
+        spans = [(st.first, st.last) for st in stages]
+        return {i: self.in_run[span] for i, span in enumerate(spans) if span in self.in_run}
+
+    def stage_slowdown(self, stages: Sequence[StagePlan]) -> list[tuple[float, float]] | None:
+        """``simulate``'s ``transfer_slowdown`` for ``stages`` (none where the run measured none)."""
+        if not self.slowdown:
+            return None
+        return [self.slowdown.get((st.first, st.last), (0.0, 0.0)) for st in stages]
+
+
+def read_run(path: str | Path) -> RunMeasurements:
+    """A run folder's measurements (see ``RunMeasurements``). A run of one device probed no link
+    (free transfers); the plan's all-reduce measurement of a group size comes before the data-parallel
+    baseline's; the plan's stage times before the baseline's for the same layers."""
+    folder = Path(path)
+    facts = json.loads((folder / SUMMARY_FILE).read_text())["run"]
+    collective = {}
+    for prefix in ("ddp_sync_busbw_gbs_r", "sync_busbw_gbs_r"):  # the plan's last: it wins
+        for key, value in facts.items():
+            if key.startswith(prefix):
+                collective[int(key.removeprefix(prefix))] = float(value) * 1e9
+    in_run: dict[Span, tuple[float, float]] = {}
+    slowdown: dict[Span, tuple[float, float]] = {}
+    times_file = folder / STAGE_TIMES_FILE
+    if times_file.exists():
+        times = pd.read_parquet(times_file)
+        last_layer = len(read_layers(folder)) - 1
+        stages = pd.read_parquet(folder / STAGES_FILE).sort_values("stage")
+        spans = {
+            "plan": {int(r.stage): (int(r.first_layer), int(r.last_layer)) for r in stages.itertuples()},
+            "ddp": {0: (0, last_layer)},
+        }
+        for plan in ("ddp", "plan"):
+            mine = times[times["plan"] == plan]
+            if not len(mine):
+                continue
+            inside, slow = stage_compute(mine)
+            for stage, seconds in inside.items():
+                in_run[spans[plan][stage]] = seconds
+                slowdown[spans[plan][stage]] = slow[stage]
+    return RunMeasurements(
+        latency_s=float(facts.get("link_latency_us", 0.0)) * 1e-6,
+        bandwidth_Bps=float(facts.get("link_bandwidth_gbs", math.inf)) * 1e9,
+        collective=tuple(sorted(collective.items())),
+        in_run=in_run,
+        slowdown=slowdown,
+    )

@@ -14,7 +14,7 @@ from clustertwin.policies.pipedream.plan_memory import stage_memory
 from clustertwin.policies.pipedream.planners import PLANNERS, PlannerInput, plan_with
 from clustertwin.policies.pipedream.schedules import make_schedule, schedule_spec
 from clustertwin.scenarios.pipedream_results import PIPEDREAM_TABLES
-from clustertwin.scenarios.pipedream_schema import PipeDreamScenario
+from clustertwin.scenarios.pipedream_schema import PipeDreamMeasured, PipeDreamScenario
 from clustertwin.scenarios.results import RunResult
 from clustertwin.sim.pipedream.executor import SimOutcome, simulate
 from clustertwin.sim.pipedream.measured import (
@@ -23,6 +23,7 @@ from clustertwin.sim.pipedream.measured import (
     planner_profile,
     read_chunks,
     read_layers,
+    read_run,
 )
 from clustertwin.sim.pipedream.model import ChunkCost, Device, MemoryModel, Network
 from clustertwin.traces.pipedream_profile import (
@@ -155,23 +156,49 @@ def build(
         raise InputError(f"{scenario.name}: schedule", str(err)) from None
     c = scenario.cluster
     speeds = c.speeds or [1.0] * c.num_devices
+    folder = scenario.model.profile
+    measured = measured_options(scenario)
+    # the run's processes shared one host: over its probed link no transfer queues on a server's NIC
+    one_host = measured is not None and measured.link == "run"
     devices = [
-        Device(speed=speeds[i], memory_bytes=c.memory_gib * GIB, server=i // c.devices_per_server)
+        Device(
+            speed=speeds[i],
+            memory_bytes=c.memory_gib * GIB,
+            server=0 if one_host else i // c.devices_per_server,
+        )
         for i in range(len(schedule.workers))
     ]
-    if is_run_folder(scenario.model.profile):
-        layers = read_layers(scenario.model.profile)
-        chunks = read_chunks(scenario.model.profile)  # stages the run timed whole, where the cuts agree
-        costs = measured_costs(layers, plan.stages, schedule.batch_microbatches, chunks)
+    if measured is not None:
+        layers = read_layers(folder)
+        # stages the run timed whole, where the cuts agree
+        chunks = read_chunks(folder) if measured.stage_times != "layers" else None
+        inside = read_run(folder).stage_in_run(plan.stages) if measured.stage_times == "in_run" else None
+        costs = measured_costs(layers, plan.stages, schedule.batch_microbatches, chunks, inside)
     else:
         costs = chunk_costs(profile, plan.stages)
     return profile, plan, schedule, costs, devices
+
+
+def measured_options(scenario: PipeDreamScenario) -> PipeDreamMeasured | None:
+    """What of a real run's folder (the scenario's profile) its simulation uses; ``None``: not a run
+    folder (the profile alone, the cluster's links)."""
+    if not is_run_folder(scenario.model.profile):
+        return None
+    return scenario.model.measured or PipeDreamMeasured()
 
 
 def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | None = None) -> RunResult:
     """Plan, generate and simulate; tables follow ``scenarios.pipedream_results.PIPEDREAM_TABLES``."""
     started = time.perf_counter()
     profile, plan, schedule, costs, devices = build(scenario)
+    network = network_of(scenario)
+    rendezvous, slowdown = False, None
+    measured = measured_options(scenario)
+    if measured is not None:  # the run's own measurements (``sim.pipedream.measured.RunMeasurements``)
+        run_facts = read_run(scenario.model.profile)
+        network = run_facts.network() if measured.link == "run" else network
+        rendezvous = measured.rendezvous
+        slowdown = run_facts.stage_slowdown(plan.stages) if measured.transfer_slowdown else None
     planned = time.perf_counter()
     memory = MemoryModel(
         gradient_factor=scenario.memory.gradient_factor,
@@ -183,12 +210,14 @@ def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | No
         schedule,
         costs,
         devices,
-        network_of(scenario),
+        network,
         memory,
         optimizer_step_s=scenario.optimizer_step_ms / 1000.0,
         parallel_pipelines=scenario.data_parallel * plan.data_parallel,
         overlap_allreduce=scenario.overlap_allreduce,
         progress=progress,
+        rendezvous=rendezvous,
+        transfer_slowdown=slowdown,
     )
     data_parallel = scenario.data_parallel * plan.data_parallel
     samples = schedule.num_microbatches * scenario.microbatch_size * data_parallel
@@ -209,6 +238,15 @@ def run(scenario: PipeDreamScenario, progress: Callable[[float, str], None] | No
     return RunResult(tables=tables(outcome, schedule, plan, costs, devices), info=info)
 
 
+def ops_table(rows: Sequence[tuple]) -> pd.DataFrame:
+    """The ``ops`` table of op rows (``executor.OpRow``), in time order, with the contract's dtypes."""
+    ops = pd.DataFrame(rows, columns=list(PIPEDREAM_TABLES["ops"]))
+    ops = ops.sort_values(["start_s", "device", "end_s"], kind="stable").reset_index(drop=True)
+    for column, dtype in PIPEDREAM_TABLES["ops"].items():
+        ops[column] = ops[column].astype(object if dtype == "str" else dtype)
+    return ops
+
+
 def tables(
     outcome: SimOutcome,
     schedule: Schedule,
@@ -217,8 +255,7 @@ def tables(
     devices: Sequence[Device],
 ) -> dict[str, pd.DataFrame]:
     """The three event tables, with the contract's dtypes."""
-    ops = pd.DataFrame(outcome.rows, columns=list(PIPEDREAM_TABLES["ops"]))
-    ops = ops.sort_values(["start_s", "device", "end_s"], kind="stable").reset_index(drop=True)
+    ops = ops_table(outcome.rows)
     device_rows = []
     for w_index, worker in enumerate(schedule.workers):
         d = worker.device
