@@ -29,9 +29,11 @@ the same run from its own profile.
    ``own_sim_in_run_*`` (the stage times of ``stage_times``).
 
 The run's tables follow the simulation's contract (``ops``, ``devices``, ``stages``) plus ``layers``, the
-measured profile, ``stage_times`` and ``chunks``: ``clustertwin run SCENARIO --set
-model.profile=RUN_DIR`` plans from the layers and costs the stages the run timed whole from ``chunks``,
-and ``clustertwin compare`` sets the two runs side by side.
+measured profile, ``stage_times``, ``chunks`` and, with ``real.ddp_baseline``, ``ddp_ops`` (the
+baseline's op table, ``ops``'s columns): ``clustertwin run SCENARIO --set model.profile=RUN_DIR`` plans
+from the layers and simulates with the same measured model (``sim.pipedream.measured.RunMeasurements``,
+switched by ``model.measured``), so that the run's own plan gives back ``own_sim_*``, and ``clustertwin
+compare`` sets the two runs side by side.
 """
 
 from __future__ import annotations
