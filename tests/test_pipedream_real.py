@@ -196,3 +196,41 @@ def test_the_cpu_scenario_runs_for_real_within_two_minutes(tmp_path: Path) -> No
     assert time.perf_counter() - began < 120
     assert out.metrics["ddp_throughput_samples_per_s"] > 0
     assert len(out.tables["devices"]) == 4
+
+
+def test_run_measurements_are_keyed_by_a_stages_layers(tmp_path: Path) -> None:
+    """A plan's stages take the run's in-run times and slowdown where their layers are a stage the run
+    held, and none elsewhere; the link as probed, the plan's all-reduce before the baseline's."""
+    import json
+
+    import pandas as pd
+    from clustertwin.policies.pipedream.partition import StagePlan
+    from clustertwin.sim.pipedream.measured import read_run
+
+    layers = pd.DataFrame({c: [0.0] * 4 for c in PIPEDREAM_LAYERS_TABLE})
+    layers["layer"] = range(4)
+    layers.to_parquet(tmp_path / "layers.parquet")
+    stages = pd.DataFrame({"stage": [0, 1], "first_layer": [0, 2], "last_layer": [1, 3]})
+    stages.to_parquet(tmp_path / "stages.parquet")
+    rows = [  # plan, device, stage, forward, backward, forward with traffic, backward with traffic
+        ("plan", 0, 0, 1.0, 2.0, 1.5, 2.0),
+        ("plan", 1, 1, 4.0, 8.0, 5.0, 6.0),
+        ("ddp", 0, 0, 10.0, 20.0, float("nan"), float("nan")),
+        ("ddp", 1, 0, 30.0, 40.0, float("nan"), float("nan")),
+    ]
+    pd.DataFrame(rows, columns=list(PIPEDREAM_STAGE_TIMES_TABLE)).to_parquet(tmp_path / "stage_times.parquet")
+    facts = {"link_latency_us": 5.0, "link_bandwidth_gbs": 2.0, "sync_busbw_gbs_r2": 3.0}
+    facts |= {"ddp_sync_busbw_gbs_r2": 9.0, "ddp_sync_busbw_gbs_r4": 7.0}
+    (tmp_path / "summary.json").write_text(json.dumps({"run": facts}))
+    run = read_run(tmp_path)
+    assert run.collective == ((2, 3e9), (4, 7e9))
+    network = run.network()
+    assert network.intra_bandwidth == network.inter_bandwidth == 2e9
+    assert network.inter_latency == pytest.approx(5e-6)
+    ran = (StagePlan(0, 1, 1), StagePlan(2, 3, 1))
+    assert run.stage_in_run(ran) == {0: (1.0, 2.0), 1: (4.0, 8.0)}
+    assert run.stage_slowdown(ran) == [(0.5, 0.0), (0.25, 0.0)]  # never below 0
+    other = (StagePlan(0, 2, 1), StagePlan(3, 3, 1))
+    assert run.stage_in_run(other) == {} and run.stage_slowdown(other) == [(0.0, 0.0), (0.0, 0.0)]
+    whole = (StagePlan(0, 3, 2),)  # the baseline's stage: its mean over devices, no traffic measured
+    assert run.stage_in_run(whole) == {0: (20.0, 30.0)} and run.stage_slowdown(whole) == [(0.0, 0.0)]
