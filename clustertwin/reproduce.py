@@ -139,8 +139,9 @@ def _run_until_last_arrival(scenario: Scenario, num_jobs: int) -> tuple[Tables |
         tables = simulation.run()
     except _Saturated:
         return None, simulation
-    assert arrivals_end_early(tables["jobs"]) is None  # every window completion was checked
-    return tables, simulation
+    # A run that ends without the check firing is judged as setup.run judges it (should the simulator
+    # call back less often than at every window completion, a late window drains and is caught here).
+    return (None if arrivals_end_early(tables["jobs"]) else tables), simulation
 
 
 def metric_of(run: dict[str, float], name: str) -> float:
