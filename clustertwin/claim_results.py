@@ -110,9 +110,12 @@ def print_claims(rows: Sequence[ClaimRow], title: str, name: str) -> None:
     for column in ("claim", "paper", "ours", "accept", "holds"):
         table.add_column(column, justify="left" if column == "claim" else "right")
     for r in rows:
-        ours = "-" if math.isnan(r.ours) else r.fmt.format(r.ours)  # not measured or not judged here
+        ours = _value(r.ours, r.fmt)
         if r.per_seed is not None and len(r.per_seed) > 1:
-            ours += f" ± {r.fmt.format(statistics.stdev(r.per_seed))}"
+            if all(math.isfinite(v) for v in r.per_seed):
+                ours += f" ± {r.fmt.format(statistics.stdev(r.per_seed))}"
+            else:  # a spread means nothing beside an unbounded seed: show each
+                ours += " (" + ", ".join(_value(v, r.fmt) for v in r.per_seed) + ")"
         paper = r.fmt.format(r.paper) if isinstance(r.paper, int | float) else r.paper
         holds = "-" if r.holds is None else ("yes" if r.holds else "NO") + ("" if r.gated else " (not gated)")
         # escape: a source such as "[[Proteus] §5]" would otherwise be read as rich markup and vanish
@@ -173,8 +176,16 @@ def update_markdown(path: Path, data: dict[str, object]) -> Path:
 def _number(value: object) -> str:
     """A saved number as the Markdown table shows it; NaN (not measured, or not judged here) as "-"."""
     if isinstance(value, int | float):
-        return "-" if math.isnan(value) else f"{value:.4g}"
+        return _value(value, "{:.4g}")
     return str(value)
+
+
+def _value(value: float, fmt: str) -> str:
+    """``value`` in ``fmt``; NaN (not measured, not judged here, or over a saturated run) as "-", an
+    unbounded value (a ratio over a saturated baseline) as "∞"."""
+    if math.isnan(value):
+        return "-"
+    return "∞" if math.isinf(value) else fmt.format(value)
 
 
 def _band(row: ClaimRow) -> str:

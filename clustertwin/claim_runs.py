@@ -30,6 +30,11 @@ class Spec:
     overrides: tuple[str, ...]
 
     @property
+    def label(self) -> str:
+        """The scenario's file name and overrides, as a progress line names the run."""
+        return " ".join([Path(self.scenario).stem, *self.overrides])
+
+    @property
     def key(self) -> str:
         return hashlib.sha256(json.dumps([self.scenario, list(self.overrides)]).encode()).hexdigest()[:16]
 
@@ -64,7 +69,7 @@ def run_specs(
                     done[spec.key] = future.result()
                     record = {**done[spec.key], "spec": [spec.scenario, *spec.overrides]}
                     write_json(cache / f"{spec.key}.json", record)
-                    progress(len(done) / len(specs), f"{len(done)}/{len(specs)} runs")
+                    progress(len(done) / len(specs), f"{len(done)}/{len(specs)} runs; done: {spec.label}")
     return done
 
 

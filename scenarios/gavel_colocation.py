@@ -5,18 +5,22 @@ Both executors build their scheduler's colocation oracle here (``scenarios.gavel
 
 The scheduler does not know how two jobs will do when they share a GPU; Gavel profiles each new job type
 against a fraction of the pre-profiled reference types on dedicated workers, and the estimator
-(``policies.gavel.estimator``) completes the rest. Here the "measurements" are the true table values, and
-a job type is never its own reference (leave one out), so the estimate is a real prediction. The policy
-then plans with the estimated pair throughputs while the simulator moves jobs at the true ones.
+(``policies.gavel.estimator``) completes the rest of its row and names its nearest reference. Here the
+"measurements" are the true table values. The references are every single-GPU type of the table, as in
+Gavel's artifact (whose reference set defaults to its whole job table), so a job's own type is among
+them; ``references="others"`` leaves it out, so that the estimate is a prediction for a type never seen.
+The policy then plans with the estimated pair throughputs while the simulator moves jobs at the true
+ones; a pair that shared a round plans with its measured rates from then on (the scheduler's
+``observe_pair``).
 
-Only single-GPU job types are estimated (pairs of larger jobs get no estimate, so they are not packed);
-estimates are not refined online as jobs run, which Gavel does with measured throughputs.
+Only single-GPU job types are estimated (pairs of larger jobs get no estimate, so they are not packed).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Literal
 
 import numpy as np
 from clustertwin.policies.gavel.cluster import ClusterLayout
@@ -60,19 +64,34 @@ def normalised_colocation(
 
 
 def estimated_colocation(
-    table: ThroughputTable, worker_types: tuple[str, ...], profiling_fraction: float, rng: np.random.Generator
+    table: ThroughputTable,
+    worker_types: tuple[str, ...],
+    profiling_fraction: float,
+    rng: np.random.Generator,
+    references: Literal["all", "others"] = "all",
 ) -> Colocation:
-    """A colocation oracle that answers with each job type's estimated row (leave-one-out references)."""
+    """A colocation oracle that plans each pair with its reference jobs' measured pair throughputs.
+
+    As Gavel's estimator does, per worker type: the reference matrix holds the single-GPU reference
+    types' normalised throughputs with one another on that type; a job type is profiled against
+    ``profiling_fraction`` of the references there, matrix completion fills the rest of its row, and the
+    nearest reference row (cosine) is its reference on that type. Two jobs then plan with the
+    throughputs their two references reached together (each normalised share times the job's own
+    isolated throughput). ``references``: ``all`` single-GPU types of the table (Gavel's default, so a
+    job's own type is among them), or ``others``, every type but the job's own (a type never seen).
+    """
     types, matrix = normalised_colocation(table, worker_types)
-    estimated = np.zeros_like(matrix)
-    for a in range(len(types)):
-        others = np.array([r for r in range(len(types)) if r != a])
-        estimator = ThroughputEstimator(matrix[others])
-        measured = estimator.profiling_plan(profiling_fraction, rng)
-        partial = np.where(measured, matrix[a], np.nan)
-        estimated[a] = estimator.estimate(partial, rng).row
-    index = {t: i for i, t in enumerate(types)}
     k = len(types)
+    blocks = [matrix[:, w * k : (w + 1) * k] for w in range(len(worker_types))]
+    nearest = np.zeros((len(worker_types), k), dtype=int)
+    for w, block in enumerate(blocks):
+        for a in range(k):
+            refs = np.arange(k) if references == "all" else np.delete(np.arange(k), a)
+            estimator = ThroughputEstimator(block[np.ix_(refs, refs)])
+            measured = estimator.profiling_plan(profiling_fraction, rng)
+            partial = np.where(measured, block[a, refs], np.nan)
+            nearest[w, a] = refs[estimator.estimate(partial, rng).nearest]
+    index = {t: i for i, t in enumerate(types)}
 
     def oracle(first: JobSpec, second: JobSpec) -> np.ndarray | None:
         if first.scale_factor != 1 or second.scale_factor != 1:
@@ -81,7 +100,10 @@ def estimated_colocation(
         if a is None or b is None:
             return None
         shares = np.array(
-            [[estimated[a, w * k + b], estimated[b, w * k + a]] for w in range(len(worker_types))]
+            [
+                [block[nearest[w, a], nearest[w, b]], block[nearest[w, b], nearest[w, a]]]
+                for w, block in enumerate(blocks)
+            ]
         )
         if not shares.any():
             return None

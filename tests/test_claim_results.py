@@ -141,3 +141,16 @@ def test_per_seed_values_come_from_each_seeds_runs_alone() -> None:
     [row] = with_per_seed(make_rows(done), make_rows, done, specs, [0, 1, 2])
     assert row.ours == pytest.approx(4.0 / (4.0 / 3))
     assert row.per_seed == pytest.approx((2.0, 4.0, 3.0))
+
+
+def test_an_unbounded_ratio_prints_as_infinity_and_keeps_each_seed(tmp_path: Path, capsys) -> None:
+    """A ratio over a saturated baseline is infinite on some seeds: the table shows ∞ and each seed's
+    value instead of a spread, and the saved row keeps the values."""
+    row = ClaimRow("las", "aware beats agnostic", "§1", 3.5, float("inf"), (1.75, float("inf")),
+                   "{:.2f}x", why="saturates", per_seed=(float("inf"), 4.0, float("inf")))  # fmt: skip
+    assert row.holds
+    assert report("toy", "A paper", False, [0, 1, 2], tmp_path, [row]) == 0
+    printed = capsys.readouterr().out
+    assert "∞ (∞, 4.00x, ∞)" in printed
+    saved = json.loads((tmp_path / "claims.json").read_text())["claims"][0]
+    assert saved["ours"] == float("inf") and saved["per_seed"][1] == 4.0

@@ -49,9 +49,12 @@ def test_a_reproduction_piped_to_a_file_shows_each_run(tmp_path, monkeypatch, ca
     )
     monkeypatch.setattr(claims, "CLAIMS_DIR", tmp_path / "claims")
     main(["reproduce", "tiny", "--quick", "--out", str(tmp_path / "out"), "--workers", "1"])
-    lines = capsys.readouterr().out.splitlines()
-    assert [line for line in lines if line.startswith("reproduce tiny: ")] == [
-        "reproduce tiny: 0/2 runs",
-        "reproduce tiny: 1/2 runs",
-        "reproduce tiny: 2/2 runs",
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("reproduce tiny: ")]
+    assert lines[0] == "reproduce tiny: 0/2 runs"
+    counts = [line.split(";")[0] for line in lines[1:]]
+    assert counts == ["reproduce tiny: 1/2 runs", "reproduce tiny: 2/2 runs"]
+    # each finished run is named: the scenario and its overrides
+    assert sorted(line.split("; done: ")[1] for line in lines[1:]) == [
+        "small policy.params.aware=false seed=0",
+        "small seed=0",
     ]

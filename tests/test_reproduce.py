@@ -208,3 +208,50 @@ claims:
     monkeypatch.setattr(claims, "CLAIMS_DIR", tmp_path / "claims")
     assert main(["reproduce", "bad", "--out", str(tmp_path / "out")]) == 2
     assert "full.skip" in capsys.readouterr().err
+
+
+WINDOWED = """\
+name: windowed
+kind: gavel
+cluster:
+  gpus: {v100: 2, k80: 2}
+  gpus_per_server: 2
+workload:
+  generate: {num_jobs: auto, jobs_per_hour: 1.0, durations_h: [1.0]}
+  window: [10, 20]
+policy:
+  name: las
+  params: {aware: false}
+"""
+
+
+def test_bounded_run_gives_setups_run_or_finds_the_saturation_setup_refuses(tmp_path: Path) -> None:
+    """Out of saturation the reproduction's run is the simulator's own; past it, where the simulator
+    refuses the run after draining every trace it tried, the reproduction calls it saturated."""
+    from clustertwin.scenarios.load import load_scenario
+    from clustertwin.sim.gavel.setup import run
+
+    from clustertwin.errors import InputError
+    from clustertwin.reproduce import bounded_run
+
+    path = tmp_path / "windowed.yaml"
+    path.write_text(WINDOWED)
+    steady = load_scenario(path)
+    ours, theirs = bounded_run(steady), run(steady)
+    assert ours is not None
+    assert ours.tables["jobs"].equals(theirs.tables["jobs"])
+    overloaded = load_scenario(path, ["workload.generate.jobs_per_hour=6"])
+    assert bounded_run(overloaded) is None
+    with pytest.raises(InputError, match="grows without bound"):
+        run(overloaded)
+
+
+def test_a_saturated_baseline_is_an_infinite_ratio_and_a_saturated_treatment_never_holds() -> None:
+    from clustertwin.reproduce import metric_of, ratio_of
+
+    saturated, steady = {"saturated": 1.0}, {"avg_jct_s": 10.0}
+    assert metric_of(saturated, "avg_jct_s") == float("inf")
+    assert ratio_of(saturated, steady, "avg_jct_s") == float("inf")
+    assert ratio_of({"avg_jct_s": 30.0}, steady, "avg_jct_s") == 3.0
+    ratio = ratio_of(steady, saturated, "avg_jct_s")
+    assert not 0.0 <= ratio <= float("inf")  # NaN: in no band
