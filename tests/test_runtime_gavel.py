@@ -168,9 +168,10 @@ def test_no_round_starts_before_its_nominal_boundary(tmp_path: Path) -> None:
     assert early  # rounds in which some lease ran its (short) full time
     for r, nxt in early:
         assert starts[nxt] - starts[r] >= 10.0 - 1e-6, (r, starts[r], starts[nxt])
-    # The first round's leases did end early: the rule, not slow restarts, is what kept it 10 s long.
+    # The first round's leases ended well before the next round began: the rule, not slow restarts, is
+    # what kept it 10 s long. (How early they end depends on the host's load: process start is most of it.)
     first = rounds[rounds["round"] == starts.index[0]]
-    assert (first["end_s"] - first["start_s"]).max() < 9.5
+    assert first["end_s"].max() < starts.iloc[1] - 0.25
 
 
 def test_progress_counts_rounds_and_steps_not_only_finished_jobs(tmp_path: Path) -> None:
