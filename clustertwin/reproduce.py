@@ -95,7 +95,7 @@ def bounded_run(scenario: Scenario) -> RunResult | None:
     Gavel's own sweeps stop a run at a wall-clock timeout and plot it as infinite; this bound is in jobs
     arrived, so the verdict is the same on every machine.
     """
-    from clustertwin.sim.gavel.setup import AUTO_LIMIT, auto_first_size, run
+    from clustertwin.sim.gavel.setup import AUTO_LIMIT, auto_first_size, run, run_result
 
     n = auto_first_size(scenario)
     if n is None:
@@ -109,15 +109,7 @@ def bounded_run(scenario: Scenario) -> RunResult | None:
         if n >= AUTO_LIMIT * scenario.workload.window[1]:
             return None
         n *= 2
-    info = {
-        "wall_s": time.perf_counter() - started,
-        "sim_end_s": float(simulation.env.now),
-        "num_rounds": simulation.num_rounds,
-        "num_resets": simulation.scheduler.num_resets,
-        "workload": "generated",
-        "num_jobs": len(tables["jobs"]),
-    }
-    return RunResult(tables=tables, info=info)
+    return run_result(scenario, simulation, tables, started)
 
 
 def _run_until_last_arrival(scenario: Scenario, num_jobs: int) -> tuple[Tables | None, GavelSimulation]:

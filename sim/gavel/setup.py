@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clustertwin.scenarios.gavel_scheduler import setup
 from clustertwin.scenarios.gavel_schema import Scenario
@@ -14,6 +15,9 @@ from clustertwin.sim.gavel.engine import GavelSimulation, MechanismConfig, Progr
 from clustertwin.sim.gavel.host import host_model
 
 from clustertwin.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # num_jobs: auto starts at this multiple of the window's end and doubles, up to AUTO_LIMIT times it. A
 # generous start costs little: the simulation stops when the window is done, so jobs that would arrive
@@ -98,6 +102,13 @@ def run(scenario: Scenario, progress: Progress | None = None) -> RunResult:
                 " grows without bound under this policy; lower the load",
             )
         n *= 2
+    return run_result(scenario, simulation, tables, started)
+
+
+def run_result(
+    scenario: Scenario, simulation: GavelSimulation, tables: dict[str, pd.DataFrame], started: float
+) -> RunResult:
+    """A finished simulation's tables with the run's summary (``started``: its ``perf_counter``)."""
     info = {
         "wall_s": time.perf_counter() - started,
         "sim_end_s": float(simulation.env.now),
