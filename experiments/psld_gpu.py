@@ -45,7 +45,8 @@ scheduler, so its range would be one point), and the headline PSLD prediction is
 seeds (``sim_it_s``, ``rel_error``), reported with the min-max and whether the real rate lies inside; the
 scenario's own seed (0, whose exploration stream is the real run's) is kept as ``sim_seed0_it_s``.
 ``resim`` recomputes the noise from the saved profiling samples and prints the seeded ranges with it and
-without it.
+without it. ``rest`` splits each saved real run's iteration into compute, the slowest block round trip
+and the rest that neither covers (``iteration_rest``).
 
 Wall time: the first run on 4 H100s and 64 cores took 95 s (80 s of it the real runs, start-up
 included); about 1 min with ``--quick``. ``--device cpu --tiny`` took 60 s on a
@@ -305,6 +306,56 @@ def final_map(frame, run: str, blocks: int) -> list[int]:
     if len(worker) == 0 or len(worker) % blocks:
         raise ValueError(f"real_{run}: {len(worker)} samples of worker 0 are no whole iterations of {blocks}")
     return [int(x) for x in worker["server"].to_numpy()[-blocks:]]
+
+
+def iteration_rest(iterations, samples, workers: int, compute_s: float, skip: int = 2) -> dict[str, float]:
+    """Where a real run's iteration goes, from its saved tables (docs/algorithms/psld.md, "Known gaps"):
+    medians over the iterations from ``skip`` on (the first pay first touches) of the iteration (first
+    worker's release to last worker's arrival, ``iterations``) and of each worker's slowest block round
+    trip from its own push issue (``raw_seconds`` of ``samples``, one run, each worker's samples in its
+    order), and ``rest``: the iteration less ``compute_s`` less that round trip, the time no block's
+    round trip and no compute measurement covers. Seconds."""
+    import numpy as np
+
+    per_iteration = len(samples) // (workers * len(iterations))
+    if per_iteration == 0 or len(samples) != per_iteration * workers * len(iterations):
+        raise ValueError(f"{len(samples)} samples are no whole iterations of {workers} workers")
+    position = samples.groupby("worker").cumcount().to_numpy() // per_iteration
+    kept = samples[position >= skip].assign(iteration=position[position >= skip])
+    trip = float(kept.groupby(["worker", "iteration"])["raw_seconds"].max().median())
+    duration = (iterations["end_s"] - iterations["start_s"]).to_numpy()[skip:]
+    iteration = float(np.median(duration))
+    return {
+        "iteration_s": iteration,
+        "compute_s": compute_s,
+        "round_trip_s": trip,
+        "rest_s": iteration - compute_s - trip,
+    }
+
+
+def rest_report(folder: Path) -> str:
+    """``iteration_rest`` of each real run of a saved folder, as a markdown table (ms)."""
+    import pandas as pd
+
+    results = json.loads((folder / "results.json").read_text())
+    compute = json.loads((folder / "calibration.json").read_text())["compute_s"]
+    frame = pd.read_parquet(folder / "real_samples.parquet")
+    lines = [
+        f"{folder}: median per iteration (ms), from the third iteration on",
+        "",
+        "| run | iteration | compute | slowest round trip | rest |",
+        "|---|---|---|---|---|",
+    ]
+    for run in RUNS:
+        iterations = pd.read_parquet(folder / f"real_{run}_iterations.parquet")
+        row = iteration_rest(
+            iterations, frame[frame["run"] == f"real_{run}"], int(results["workers"]), compute
+        )
+        lines.append(
+            f"| {run} | {1e3 * row['iteration_s']:.1f} | {1e3 * row['compute_s']:.1f} |"
+            f" {1e3 * row['round_trip_s']:.1f} | {1e3 * row['rest_s']:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def seed_spread(scenario: Path, overrides: list[str], seeds: int) -> dict[str, Any]:
@@ -614,11 +665,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     again.add_argument("--from", dest="source", type=Path, required=True)
     again.add_argument("--seeds", type=int, default=SEEDS, help="PSLD simulations for the seeded range")
+    rest = commands.add_parser(
+        "rest", help="per real run of DIR: iteration, compute, slowest round trip and the rest (ms)"
+    )
+    rest.add_argument("--from", dest="source", type=Path, required=True)
     args = parser.parse_args(argv)
     if getattr(args, "seeds", 1) < 1:
         parser.error(f"--seeds: the seeded range needs at least one simulation (got {args.seeds})")
     if args.command == "report":
         print(report(json.loads((args.source / "results.json").read_text())))
+        return 0
+    if args.command == "rest":
+        print(rest_report(args.source))
         return 0
     if args.command == "resim":
         print(resim_report(args.source, resim(args.source, args.seeds)))

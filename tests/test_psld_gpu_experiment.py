@@ -100,3 +100,25 @@ def test_the_gpu_case_trains_a_real_network_by_default(
     assert [o for o in base if o.startswith("real.model=")] == network
     scenario = load_scenario(psld_gpu.SCENARIO, base)
     assert scenario.real.model == (network[0].partition("=")[2] if network else None)
+
+
+def test_iteration_rest_is_what_neither_compute_nor_a_round_trip_covers() -> None:
+    import pandas as pd
+
+    workers, blocks, n = 2, 3, 5
+    # iteration k lasts 0.1 + 0.01 k s; worker w's slowest round trip in iteration k is 0.03 + 0.001 w
+    iterations = pd.DataFrame({"start_s": [float(k) for k in range(n)]})
+    iterations["end_s"] = iterations["start_s"] + [0.1 + 0.01 * k for k in range(n)]
+    rows = [
+        (w, 0.03 + 0.001 * w if b == blocks - 1 else 0.001)
+        for w in range(workers)
+        for _ in range(n)
+        for b in range(blocks)
+    ]
+    samples = pd.DataFrame(rows, columns=["worker", "raw_seconds"])
+    row = psld_gpu.iteration_rest(iterations, samples, workers, compute_s=0.05, skip=2)
+    assert row["iteration_s"] == pytest.approx(0.13)  # the median of iterations 2, 3 and 4
+    assert row["round_trip_s"] == pytest.approx(0.0305)
+    assert row["rest_s"] == pytest.approx(0.13 - 0.05 - 0.0305)
+    with pytest.raises(ValueError, match="no whole iterations"):
+        psld_gpu.iteration_rest(iterations, samples.iloc[1:], workers, compute_s=0.05)
