@@ -96,17 +96,23 @@ def simulate(
     in_flight = [0] * len(devices)  # transfers of each device in flight
     rate_changed = [env.event() for _ in devices]
 
-    def posted(key: tuple[str, int, int]) -> simpy.Event:
-        if key not in posted_events:
-            posted_events[key] = env.event()
-        return posted_events[key]
+    def event_in(table: dict, key: tuple) -> simpy.Event:
+        """``table``'s event for ``key``, made by whichever side (waiter or trigger) comes first."""
+        event = table.get(key)
+        if event is None:
+            event = table[key] = env.event()
+        return event
 
-    def transfers(device: int, delta: int) -> None:
-        before = in_flight[device]
-        in_flight[device] += delta
-        if (before == 0) != (in_flight[device] == 0):
-            event, rate_changed[device] = rate_changed[device], env.event()
-            event.succeed()
+    def transfers(delta: int, *ends: int) -> None:
+        """``delta`` more transfers in flight on each device of ``ends``; tracked only for the slowdown."""
+        if transfer_slowdown is None:
+            return
+        for device in ends:
+            before = in_flight[device]
+            in_flight[device] += delta
+            if (before == 0) != (in_flight[device] == 0):
+                event, rate_changed[device] = rate_changed[device], env.event()
+                event.succeed()
 
     def compute(device: int, work: float, slowdown: float) -> object:
         """``work`` seconds at full speed, at 1 / (1 + slowdown) while a transfer of ``device`` runs."""
@@ -123,17 +129,6 @@ def simulate(
                 return
             remaining -= (env.now - began) * rate
 
-    def arrival(key: tuple[str, int, int]) -> simpy.Event:
-        if key not in arrivals:
-            arrivals[key] = env.event()
-        return arrivals[key]
-
-    def version_event(worker: int, chunk: int, version: int) -> simpy.Event:
-        key = (worker, chunk, version)
-        if key not in versions:
-            versions[key] = env.event()
-        return versions[key]
-
     # Static memory and version 0 of every chunk a worker holds.
     live: dict[tuple[int, int], dict[int, int]] = {}  # (worker, chunk) -> version -> in-flight users
     newest: dict[tuple[int, int], int] = {}
@@ -146,7 +141,7 @@ def simulate(
             mem.change(0.0, "weights", w, f"chunk {c} weights")
             live[(wi, c)] = {0: 0}
             newest[(wi, c)] = 0
-            version_event(wi, c, 0).succeed()
+            event_in(versions, (wi, c, 0)).succeed()
 
     # A version is freed once no later op of its worker needs it and a newer one exists. The schedule is
     # data, so "later ops" are known: 2BW keeps the shadow version for inputs of the next batch that
@@ -174,29 +169,26 @@ def simulate(
         src = schedule.workers[src_w].device
         dst = schedule.workers[dst_w].device
         if src == dst:
-            arrival(key).succeed()
+            event_in(arrivals, key).succeed()
             return
         a, b = devices[src], devices[dst]
         if rendezvous:
-            yield posted(key)
+            yield event_in(posted_events, key)
         with engines[src].request() as req:
             yield req
             if a.server != b.server:
                 with nics[a.server].request() as nic:
                     yield nic
                     start = env.now
-                    transfers(src, 1)
-                    transfers(dst, 1)
+                    transfers(1, src, dst)
                     yield env.timeout(network.transfer_s(a, b, nbytes))
             else:
                 start = env.now
-                transfers(src, 1)
-                transfers(dst, 1)
+                transfers(1, src, dst)
                 yield env.timeout(network.transfer_s(a, b, nbytes))
-            transfers(src, -1)
-            transfers(dst, -1)
+            transfers(-1, src, dst)
         rows.append((src, src_w, c, schedule.workers[src_w].replica, kind, k, -1, start, env.now, nbytes))
-        arrival(key).succeed()
+        event_in(arrivals, key).succeed()
 
     backward_start: dict[tuple[int, int], float] = {}
 
@@ -255,7 +247,7 @@ def simulate(
             grad = costs[op.chunk].parameter_bytes * memory.gradient_factor
             mems[worker.device].change(env.now, "gradients", -grad, f"chunk {op.chunk} update")
         peak_versions[wi] = max(peak_versions[wi], len(live[(wi, op.chunk)]))
-        version_event(wi, op.chunk, op.version).succeed()
+        event_in(versions, (wi, op.chunk, op.version)).succeed()
 
     def run_worker(wi: int) -> object:
         worker = schedule.workers[wi]
@@ -271,9 +263,10 @@ def simulate(
             slow_f, slow_b = transfer_slowdown[c] if transfer_slowdown is not None else (0.0, 0.0)
             if op.kind == "F":
                 if c > 0:
-                    posted(("act", k, c)).succeed()
-                    yield arrival(("act", k, c))
-                yield version_event(wi, c, op.version)
+                    if rendezvous:
+                        event_in(posted_events, ("act", k, c)).succeed()
+                    yield event_in(arrivals, ("act", k, c))
+                yield event_in(versions, (wi, c, op.version))
                 if op.version not in live[(wi, c)]:
                     raise ScheduleError(f"worker {wi}: {op} needs weight version {op.version}, already freed")
                 live[(wi, c)][op.version] += 1
@@ -296,8 +289,9 @@ def simulate(
                         f"worker {wi}: backward of microbatch {k} on chunk {c} before its forward"
                     )
                 if c < last:
-                    posted(("grad", k, c)).succeed()
-                    yield arrival(("grad", k, c))
+                    if rendezvous:
+                        event_in(posted_events, ("grad", k, c)).succeed()
+                    yield event_in(arrivals, ("grad", k, c))
                 start = env.now
                 backward_start[(wi, c)] = start
                 duration = cost.backward_s
