@@ -62,9 +62,10 @@ from clustertwin.sim.pipedream.measured import (
     collective_table,
     measured_costs,
     planner_profile,
+    probed_network,
     stage_compute,
 )
-from clustertwin.sim.pipedream.model import Device, MemoryModel, Network
+from clustertwin.sim.pipedream.model import Device, MemoryModel
 from clustertwin.sim.pipedream.runner import build, ops_table, tables
 
 Progress = Callable[[float, str], None]
@@ -257,13 +258,7 @@ def _own_simulation(
     ``sim.pipedream.executor.simulate``)."""
     inside, slowdown = stage_compute(times) if times is not None and len(times) else ({}, None)
     costs = measured_costs(layers, stages, schedule.batch_microbatches, chunks, inside if in_run else None)
-    network = Network(
-        intra_bandwidth=link["bandwidth_Bps"],
-        intra_latency=link["latency_s"],
-        inter_bandwidth=link["bandwidth_Bps"],
-        inter_latency=link["latency_s"],
-        collective=collective,
-    )
+    network = probed_network(link["latency_s"], link["bandwidth_Bps"], collective)
     devices = [Device() for _ in schedule.workers]
     memory = MemoryModel(gradient_factor=1.0, optimizer_factor=0.0, gradient_buffer="per_update")
     if slowdown is not None:

@@ -161,6 +161,20 @@ def stage_compute(
     return in_run, slowdown
 
 
+def probed_network(
+    latency_s: float, bandwidth_Bps: float, collective: tuple[tuple[int, float], ...]
+) -> Network:
+    """A real run's network: every transfer over its one probed link, all-reduces at the probed bus
+    bandwidth per group size (the run's processes share one host)."""
+    return Network(
+        intra_bandwidth=bandwidth_Bps,
+        intra_latency=latency_s,
+        inter_bandwidth=bandwidth_Bps,
+        inter_latency=latency_s,
+        collective=collective,
+    )
+
+
 Span = tuple[int, int]  # a stage's (first layer, last layer)
 
 
@@ -179,13 +193,7 @@ class RunMeasurements:
 
     def network(self) -> Network:
         """Every transfer over the probed link (the run's processes share one host)."""
-        return Network(
-            intra_bandwidth=self.bandwidth_Bps,
-            intra_latency=self.latency_s,
-            inter_bandwidth=self.bandwidth_Bps,
-            inter_latency=self.latency_s,
-            collective=self.collective,
-        )
+        return probed_network(self.latency_s, self.bandwidth_Bps, self.collective)
 
     def stage_in_run(self, stages: Sequence[StagePlan]) -> dict[int, tuple[float, float]]:
         """``measured_costs``'s ``in_run`` for ``stages``: those the run's ranks timed."""
