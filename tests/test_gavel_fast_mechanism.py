@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.combos import ComboTable
-from clustertwin.policies.gavel.mechanism import place_round, priorities, select_round
+from clustertwin.policies.gavel.mechanism import place_round, plan_single_gpu_round, priorities, select_round
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -211,3 +211,72 @@ def test_streamed_rounds_equal_the_rounds_kept_in_memory(tmp_path, monkeypatch):
     assert simulation.run()["rounds"].empty
     streamed = pd.read_parquet(tmp_path / "rounds.parquet")
     pd.testing.assert_frame_equal(streamed, kept)
+
+
+@st.composite
+def single_gpu_tables(draw):
+    """A round's combination table of one-GPU jobs, some of which ran last round on GPUs they still hold."""
+    per_server = draw(st.lists(st.sampled_from([1, 2, 3, 4, 8]), min_size=1, max_size=3))
+    gpus = [k * draw(st.integers(1, 4)) - draw(st.integers(0, k - 1)) for k in per_server]
+    layout = ClusterLayout(tuple(f"t{j}" for j in range(len(gpus))), tuple(gpus), tuple(per_server))
+    k, n = len(gpus), draw(st.integers(1, 40))
+    levels = st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0])
+    alloc = np.array(draw(st.lists(st.lists(levels, min_size=k, max_size=k), min_size=n, max_size=n)))
+    received = np.array(
+        draw(
+            st.lists(
+                st.lists(st.sampled_from([0.0, 90.0, 180.0]), min_size=k, max_size=k), min_size=n, max_size=n
+            )
+        )
+    )
+    deficit = np.array(
+        draw(st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=k, max_size=k), min_size=n, max_size=n))
+    )
+    last_type = np.full(n, -1, dtype=np.int64)
+    last_gpu = np.full(n, -1, dtype=np.int64)
+    holders = draw(st.permutations(range(n)))
+    for j in range(k):
+        for g in draw(st.permutations(range(gpus[j])))[: draw(st.integers(0, gpus[j]))]:
+            if not holders:
+                break
+            c = holders.pop()
+            last_type[c], last_gpu[c] = j, g
+    last_consolidated = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    order = draw(st.permutations(range(k)))
+    return layout, alloc, received, np.full(n, 180.0), deficit, order, last_type, last_gpu, last_consolidated
+
+
+@settings(max_examples=80, deadline=None)
+@given(single_gpu_tables())
+def test_the_one_pass_single_gpu_round_matches_selection_then_placement(table):
+    layout, alloc, received, elapsed, deficit, order, last_type, last_gpu, last_consolidated = table
+    members = [(m,) for m in range(len(alloc))]
+    prio = priorities(alloc, received, elapsed)
+    want_rows, want_types = reference_select(
+        prio, deficit, alloc, members, np.ones(len(alloc)), np.array(layout.gpus), order
+    )
+    want_rows = np.array(want_rows, dtype=np.int64)
+    held = [(int(g),) if t >= 0 else () for t, g in zip(last_type, last_gpu, strict=True)]
+    want = reference_place(
+        layout,
+        np.array(want_types, dtype=np.int64),
+        np.ones(len(want_rows), dtype=np.int64),
+        last_type[want_rows],
+        [held[r] for r in want_rows.tolist()],
+        last_consolidated[want_rows],
+    )
+    rows, types, gpu, consolidated, renewed = plan_single_gpu_round(
+        alloc, received, elapsed, deficit, layout, order, last_type, last_gpu, last_consolidated
+    )
+    assert rows.tolist() == want_rows.tolist() and types.tolist() == want_types
+    assert [(g,) for g in gpu.tolist()] == want[0]
+    assert consolidated.tolist() == want[1].tolist()
+    assert renewed.tolist() == want[2].tolist()
+
+
+def test_priorities_rank_a_job_behind_its_share_first_and_an_unserved_one_above_all():
+    alloc = np.array([[0.5], [0.5], [0.5], [0.0]])
+    received = np.array([[100.0], [300.0], [0.0], [0.0]])
+    prio = priorities(alloc, received, np.full(4, 400.0))
+    assert prio[2, 0] > prio[0, 0] > prio[1, 0] > prio[3, 0] == 0.0
+    assert prio[0, 0] == 0.5 / (100.0 / 400.0)

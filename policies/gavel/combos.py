@@ -28,6 +28,7 @@ class ComboTable:
     def __init__(self, k: int, round_s: float) -> None:
         self.k = k
         self.half_round = round_s / 2  # new and reset rows start as if half a round had passed
+        self._buf: dict[str, np.ndarray] = {}
         self._install([], np.zeros(0, dtype=np.int64), np.zeros((0, k)), np.full((0, 2), -1, dtype=np.int64))
 
     def __len__(self) -> int:
@@ -45,18 +46,28 @@ class ComboTable:
     ) -> None:
         """Fresh rows for ``keys`` (``members``: their job ids, -1 padded) with empty bookkeeping."""
         n = len(keys)
-        cap = max(16, 1 << max(n - 1, 0).bit_length())
-        self._buf = {
-            "scale_factors": np.zeros(cap, dtype=np.int64),
-            "allocation": np.zeros((cap, self.k)),
-            "received": np.full((cap, self.k), self.half_round),
-            "elapsed": np.full(cap, self.half_round),
-            "deficit": np.zeros((cap, self.k)),
-            "last_type": np.full(cap, -1, dtype=np.int64),
-            "last_consolidated": np.zeros(cap, dtype=bool),
-            "members": np.full((cap, 2), -1, dtype=np.int64),
-            "alive": np.zeros(cap, dtype=bool),
-        }
+        if not self._buf or n > len(self._buf["alive"]):
+            cap = max(16, 1 << max(n - 1, 0).bit_length())
+            self._buf = {
+                "scale_factors": np.zeros(cap, dtype=np.int64),
+                "allocation": np.zeros((cap, self.k)),
+                "received": np.zeros((cap, self.k)),
+                "elapsed": np.zeros(cap),
+                "deficit": np.zeros((cap, self.k)),
+                "last_type": np.zeros(cap, dtype=np.int64),
+                "last_gpu": np.zeros(cap, dtype=np.int64),
+                "last_consolidated": np.zeros(cap, dtype=bool),
+                "members": np.zeros((cap, 2), dtype=np.int64),
+                "alive": np.zeros(cap, dtype=bool),
+            }
+        # The buffers are reused while they are large enough: rows past n are rewritten before they are read.
+        b = self._buf
+        b["received"][:n] = self.half_round
+        b["elapsed"][:n] = self.half_round
+        b["deficit"][:n] = 0.0
+        b["last_type"][:n] = -1
+        b["last_gpu"][:n] = -1
+        b["last_consolidated"][:n] = False
         self.keys: list[Key] = list(keys)
         self.index: dict[Key, int] = {key: row for row, key in enumerate(keys)}
         self.last_gpus: list[tuple[int, ...]] = [()] * n
@@ -78,6 +89,7 @@ class ComboTable:
         self.elapsed = b["elapsed"][:n]
         self.deficit = b["deficit"][:n]
         self.last_type = b["last_type"][:n]
+        self.last_gpu = b["last_gpu"][:n]  # the first of `last_gpus`, where last_type >= 0
         self.last_consolidated = b["last_consolidated"][:n]
         self.members = b["members"][:n]  # (n, 2) job ids, -1 for a single job's second slot
         self.alive = b["alive"][:n]
@@ -94,6 +106,7 @@ class ComboTable:
         b["elapsed"][row] = self.half_round
         b["deficit"][row] = 0.0
         b["last_type"][row] = -1
+        b["last_gpu"][row] = -1
         b["last_consolidated"][row] = False
         b["members"][row] = -1
         b["members"][row, : len(key)] = key
@@ -115,6 +128,7 @@ class ComboTable:
             mapping = gpu_maps[int(self.last_type[row])]
             if all(g in mapping for g in self.last_gpus[row]):
                 self.last_gpus[row] = tuple(mapping[g] for g in self.last_gpus[row])
+                self.last_gpu[row] = self.last_gpus[row][0] if self.last_gpus[row] else -1
             else:
                 self._ran_nowhere(row)
 
@@ -163,18 +177,24 @@ class ComboTable:
             old = self._single_rows(members[:, 0])
         else:
             old = np.fromiter((self.index.get(key, -1) for key in keys), np.int64, len(keys))
-        last_type, last_consolidated, last_gpus = self.last_type, self.last_consolidated, self.last_gpus
+        kept = old >= 0
+        src = old[kept]
+        # Gathered before the rows are rewritten in place.
+        carried = carried[src]
+        last_type, last_gpu = self.last_type[src], self.last_gpu[src]
+        last_consolidated = self.last_consolidated[src]
+        last_gpus = [self.last_gpus[r] if r >= 0 else () for r in old.tolist()]
         self._install(
             list(keys),
             np.asarray(scale_factors, dtype=np.int64),
             np.asarray(allocation, dtype=float).reshape(len(keys), self.k),
             members,
         )
-        kept = old >= 0
-        self.deficit[kept] = carried[old[kept]]
-        self.last_type[kept] = last_type[old[kept]]
-        self.last_consolidated[kept] = last_consolidated[old[kept]]
-        self.last_gpus = [last_gpus[r] if r >= 0 else () for r in old.tolist()]
+        self.deficit[kept] = carried
+        self.last_type[kept] = last_type
+        self.last_gpu[kept] = last_gpu
+        self.last_consolidated[kept] = last_consolidated
+        self.last_gpus = last_gpus
 
     def _single_rows(self, job_ids: np.ndarray) -> np.ndarray:
         """The live row of each job's single combination, -1 where it has none (no pairs in the table)."""
@@ -194,14 +214,19 @@ class ComboTable:
         consolidated: np.ndarray,
         seconds: np.ndarray,
         duration_s: float,
+        first_gpus: np.ndarray | None = None,
     ) -> None:
         """Combinations ``rows`` ran ``seconds`` on ``types``; every combination's clock moved ``duration_s``.
+        ``first_gpus``: the first of each entry of ``gpus``, when the caller has them as an array.
 
         Call before removing the jobs that finished in the round, so ``rows`` still index this table.
         """
         self.received[rows, types] += seconds
         self.last_type[:] = -1
         self.last_type[rows] = types
+        if first_gpus is None:
+            first_gpus = np.fromiter((held[0] if held else -1 for held in gpus), np.int64, len(gpus))
+        self.last_gpu[rows] = first_gpus
         self.last_consolidated[rows] = consolidated
         if len(gpus) != len(rows):
             raise ValueError(f"{len(rows)} rows ran but {len(gpus)} placements were given")

@@ -8,6 +8,9 @@ GPUs than remain is skipped. Chosen combinations are then placed largest first, 
 held last round when they are free (its lease is renewed and no checkpoint is needed), others packed onto
 as few servers as possible.
 
+The greedy pass and the single-GPU placement are loops compiled by numba, written as the rule reads: on a
+round's ~100 rows numpy's per-call cost, not the arithmetic, set the time of the vectorised forms.
+
 Departure from the artifact: Gavel's code divides by the job's share of all time spent on type j by every
 job; we divide by the job's own share of elapsed time, so a job exactly on track has priority 1 whatever its
 scale factor. Both raise the priority of a job that fell behind its allocation, which is the property the
@@ -16,11 +19,10 @@ mechanism needs (§5.5: "a job that doesn't run gains priority").
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import numba
 import numpy as np
 from clustertwin.policies.gavel.cluster import ClusterLayout
 
@@ -28,13 +30,17 @@ from clustertwin.policies.gavel.cluster import ClusterLayout
 UNSERVED_PRIORITY = 1e9
 
 
+@numba.njit(cache=True)
 def priorities(allocation: np.ndarray, received: np.ndarray, elapsed: np.ndarray) -> np.ndarray:
-    """``X / share`` per combination and type; ``UNSERVED_PRIORITY·X`` where nothing was received yet."""
-    share = received / elapsed[:, None]
-    # Dividing only where share > 0 gives np.where's values without its 0/0 warnings, and so without
-    # an errstate context, which costs more than the arithmetic on a round's ~100 rows.
-    prio = np.divide(allocation, share, out=UNSERVED_PRIORITY * allocation, where=share > 0)
-    prio[allocation <= 1e-9] = 0.0
+    """``X / share`` per combination and type (``share = received / elapsed``); ``UNSERVED_PRIORITY·X``
+    where nothing was received yet; 0 where X is (numerically) 0."""
+    prio = np.zeros(allocation.shape)
+    for c in range(allocation.shape[0]):
+        for j in range(allocation.shape[1]):
+            x = allocation[c, j]
+            if x > 1e-9:
+                share = received[c, j] / elapsed[c]
+                prio[c, j] = x / share if share > 0 else UNSERVED_PRIORITY * x
     return prio
 
 
@@ -52,64 +58,145 @@ def select_round(
 
     ``members[c]`` lists the jobs of combination c. Types are visited in ``type_order``; within a type
     combinations go in decreasing (priority, deficit, allocation). A job runs in at most one combination.
-    ``singles`` says every combination is one job (computed from ``members`` when None); the greedy
-    pass is then done a block at a time (:func:`_fill`), with the same result as one at a time.
+    ``singles`` says every combination is one job (computed from ``members`` when None); the pass is then
+    a compiled loop (:func:`_greedy_singles`).
     """
     if singles is None:
         singles = all(len(key) == 1 for key in members)
     if not singles:
         return _select_with_pairs(prio, deficit, allocation, members, scale_factors, capacity, type_order)
-    busy = np.zeros(prio.shape[0], dtype=bool)
-    rows: list[np.ndarray] = []
-    types: list[int] = []
-    one_gpu_each = not scale_factors.size or int(scale_factors.max()) == 1
+    return _greedy_singles(
+        prio,
+        deficit,
+        allocation,
+        np.asarray(scale_factors, dtype=np.int64),
+        np.asarray(capacity, dtype=np.int64),
+        np.asarray(type_order, dtype=np.int64),
+    )
+
+
+@numba.njit(cache=True)
+def _greedy_singles(
+    prio: np.ndarray,
+    deficit: np.ndarray,
+    allocation: np.ndarray,
+    scale_factors: np.ndarray,
+    capacity: np.ndarray,
+    type_order: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 2's pass over single-job combinations: per type, in decreasing (priority, deficit,
+    allocation), ties by row, take each combination not chosen yet whose GPUs fit what is left."""
+    busy = np.zeros(prio.shape[0], dtype=np.bool_)
+    rows = np.empty(prio.shape[0], dtype=np.int64)
+    types = np.empty(prio.shape[0], dtype=np.int64)
+    taken = 0
     for j in type_order:
-        free = int(capacity[j])
+        free = capacity[j]
         if free <= 0:
             continue
-        column = prio[:, j]
-        # Combinations already chosen on an earlier type drop out; a stable sort keeps the others' order.
-        candidates = ((column > 0) & ~busy).nonzero()[0]
-        if candidates.size == 0:
-            continue
-        order = candidates[
-            np.lexsort((-allocation[candidates, j], -deficit[candidates, j], -column[candidates]))
-        ]
-        chosen = order[:free] if one_gpu_each else _fill(order, scale_factors[order], free)
-        busy[chosen] = True
-        rows.append(chosen)
-        types.append(j)
-    if not rows:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    sizes = [chosen.size for chosen in rows]
-    return np.concatenate(rows).astype(np.int64, copy=False), np.repeat(np.array(types, np.int64), sizes)
-
-
-def _fill(order: np.ndarray, needs: np.ndarray, free: int) -> np.ndarray:
-    """Walk ``order`` taking each entry whose need fits what is left of ``free``, skipping the others.
-
-    Taken a block at a time: the longest prefix whose needs add up to at most ``free`` is taken, the entry
-    after it cannot fit and is skipped, and entries needing more than what is left can never fit again.
-    Each block ends on an entry larger than everything left after it, so there are at most as many blocks
-    as distinct needs.
-    """
-    taken: list[np.ndarray] = []
-    needs = np.asarray(needs, dtype=np.int64)
-    while free > 0 and order.size:
-        fits = needs <= free
-        if not fits.all():
-            order, needs = order[fits], needs[fits]
-            if not order.size:
+        for c in _by_priority(
+            np.flatnonzero((prio[:, j] > 0) & ~busy), prio[:, j], deficit[:, j], allocation[:, j]
+        ):
+            if scale_factors[c] > free:
+                continue
+            busy[c] = True
+            rows[taken] = c
+            types[taken] = j
+            taken += 1
+            free -= scale_factors[c]
+            if free == 0:
                 break
-        total = np.cumsum(needs)
-        a = int(np.searchsorted(total, free, side="right"))
-        taken.append(order[:a])
-        if a == order.size:
-            break
-        if a:
-            free -= int(total[a - 1])
-        order, needs = order[a + 1 :], needs[a + 1 :]
-    return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+    return rows[:taken], types[:taken]
+
+
+@numba.njit(cache=True)
+def _by_priority(
+    rows: np.ndarray, prio: np.ndarray, deficit: np.ndarray, allocation: np.ndarray
+) -> np.ndarray:
+    """``rows`` in decreasing (priority, deficit, allocation), ties in their given order: a bottom-up
+    merge sort that takes from the right run only what comes strictly first."""
+    src, dst = rows.copy(), np.empty_like(rows)
+    width = 1
+    while width < rows.size:
+        for lo in range(0, rows.size, 2 * width):
+            mid, hi = min(lo + width, rows.size), min(lo + 2 * width, rows.size)
+            a, b = lo, mid
+            for out in range(lo, hi):
+                if b < hi and (a == mid or _first(src[b], src[a], prio, deficit, allocation)):
+                    dst[out] = src[b]
+                    b += 1
+                else:
+                    dst[out] = src[a]
+                    a += 1
+        src, dst = dst, src
+        width *= 2
+    return src
+
+
+@numba.njit(cache=True)
+def _first(b: int, a: int, prio: np.ndarray, deficit: np.ndarray, allocation: np.ndarray) -> bool:
+    """Whether row b comes strictly before row a."""
+    if prio[b] != prio[a]:
+        return prio[b] > prio[a]
+    if deficit[b] != deficit[a]:
+        return deficit[b] > deficit[a]
+    return allocation[b] > allocation[a]
+
+
+def plan_single_gpu_round(
+    allocation: np.ndarray,
+    received: np.ndarray,
+    elapsed: np.ndarray,
+    deficit: np.ndarray,
+    layout: ClusterLayout,
+    type_order: Sequence[int],
+    last_type: np.ndarray,
+    last_gpu: np.ndarray,
+    last_consolidated: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`priorities`, :func:`select_round` and :func:`place_round` at once, when every combination is
+    one job on one GPU (most rounds of a single-GPU trace): ``(rows, types, gpu, consolidated, renewed)``,
+    with ``gpu`` the GPU of each chosen combination. ``last_gpu[c]`` is the GPU combination c held last
+    round, read where ``last_type[c]`` is that round's type."""
+    rows, types, gpu, consolidated, renewed, short = _plan_single_gpu_round(
+        allocation,
+        received,
+        elapsed,
+        deficit,
+        np.asarray(layout.gpus, dtype=np.int64),
+        np.asarray(layout.gpus_per_server, dtype=np.int64),
+        np.asarray(type_order, dtype=np.int64),
+        last_type,
+        last_gpu,
+        last_consolidated,
+    )
+    if short >= 0:
+        raise ValueError(f"placement on {layout.worker_types[short]} asked for more GPUs than are free")
+    return rows, types, gpu, consolidated, renewed
+
+
+@numba.njit(cache=True)
+def _plan_single_gpu_round(
+    allocation: np.ndarray,
+    received: np.ndarray,
+    elapsed: np.ndarray,
+    deficit: np.ndarray,
+    gpus: np.ndarray,
+    per_server: np.ndarray,
+    type_order: np.ndarray,
+    last_type: np.ndarray,
+    last_gpu: np.ndarray,
+    last_consolidated: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    prio = priorities(allocation, received, elapsed)
+    one_each = np.ones(allocation.shape[0], dtype=np.int64)
+    rows, types = _greedy_singles(prio, deficit, allocation, one_each, gpus, type_order)
+    held = last_gpu[rows]
+    renewed = last_type[rows] == types
+    chosen, short = _single_gpus(types, renewed, held[renewed], gpus, per_server)
+    gpu = np.where(renewed, held, chosen)
+    consolidated = np.where(renewed, last_consolidated[rows], True)
+    return rows, types, gpu, consolidated, renewed, short
 
 
 def _select_with_pairs(
@@ -203,68 +290,50 @@ def _place_singles(
     last_gpus: Sequence[tuple[int, ...]],
     consolidated: np.ndarray,
 ) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray] | None:
-    """:func:`place_round` when every combination needs one GPU (most rounds of a single-GPU trace).
-
-    `_place_type`'s single-GPU rule (the free GPUs in order of their server's free count, then GPU
-    number, one per pending combination in row order) for every type at once: GPUs and servers are
-    numbered across types (`_FleetIndex`), so one stable sort by (type, server's free count) replaces
-    a sort per type. A renewed combination holds exactly one GPU, so the renewed leases' GPUs are one
-    flat array.
-    """
-    fleet = _FleetIndex.of(layout)
+    """:func:`place_round` when every combination needs one GPU (most rounds of a single-GPU trace):
+    `_place_type`'s single-GPU rule for every type in one compiled pass (:func:`_single_gpus`). A renewed
+    combination holds exactly one GPU, so the renewed leases' GPUs are one flat array."""
     kept = np.fromiter(
         itertools.chain.from_iterable(itertools.compress(last_gpus, renewed.tolist())), np.int64
     )
     if kept.size != np.count_nonzero(renewed):
         return None  # a renewed lease that holds no GPU (only hand-made inputs): the general rule
-    free = np.ones(fleet.type_of_gpu.size, dtype=bool)
-    free[fleet.first_gpu[types[renewed]] + kept] = False
-    ids = free.nonzero()[0]
-    server = fleet.server_of_gpu[ids]
-    id_types = fleet.type_of_gpu[ids]
-    ranked = ids[np.lexsort((np.bincount(server, minlength=fleet.num_servers)[server], id_types))]
+    chosen, short = _single_gpus(
+        types, renewed, kept, np.asarray(layout.gpus, dtype=np.int64), np.asarray(layout.gpus_per_server)
+    )
+    if short >= 0:
+        raise ValueError(f"placement on {layout.worker_types[short]} asked for more GPUs than are free")
     pending = (~renewed).nonzero()[0]
-    pending = pending[np.argsort(types[pending], kind="stable")]  # by type, then row
-    need = np.bincount(types[pending], minlength=len(layout.gpus))
-    have = np.bincount(id_types, minlength=len(layout.gpus))
-    if (need > have).any():
-        j = int(np.flatnonzero(need > have)[0])
-        raise ValueError(f"placement on {layout.worker_types[j]} asked for more GPUs than are free")
-    # Type j's free GPUs are ranked[start_j : start_j + have_j]; its pending rows take the first need_j.
-    start = np.cumsum(have) - have
-    within = np.arange(pending.size) - np.repeat(np.cumsum(need) - need, need)
-    chosen = ranked[np.repeat(start, need) + within]
     gpus = list(last_gpus)
-    for i, g in zip(pending.tolist(), (chosen - fleet.first_gpu[types[pending]]).tolist(), strict=True):
+    for i, g in zip(pending.tolist(), chosen[pending].tolist(), strict=True):
         gpus[i] = (g,)
     consolidated[pending] = True
     return gpus, consolidated, renewed
 
 
-@dataclass(frozen=True)
-class _FleetIndex:
-    """The GPUs of every type numbered one after another (type j's GPU g is ``first_gpu[j] + g``), with
-    each one's type and server, servers also numbered across types."""
-
-    first_gpu: np.ndarray
-    type_of_gpu: np.ndarray
-    server_of_gpu: np.ndarray
-    num_servers: int
-
-    @staticmethod
-    def of(layout: ClusterLayout) -> _FleetIndex:
-        return _fleet_index(layout.gpus, layout.gpus_per_server)
-
-
-@functools.lru_cache(maxsize=64)
-def _fleet_index(gpus: tuple[int, ...], per_server: tuple[int, ...]) -> _FleetIndex:
-    counts = np.asarray(gpus, dtype=np.int64)
-    servers = -(-counts // np.asarray(per_server, dtype=np.int64))
-    type_of_gpu = np.repeat(np.arange(len(gpus)), counts)
-    first_gpu = np.cumsum(counts) - counts
-    local = np.arange(type_of_gpu.size) - first_gpu[type_of_gpu]
-    server_of_gpu = (np.cumsum(servers) - servers)[type_of_gpu] + local // np.asarray(per_server)[type_of_gpu]
-    return _FleetIndex(first_gpu, type_of_gpu, server_of_gpu, int(servers.sum()))
+@numba.njit(cache=True)
+def _single_gpus(
+    types: np.ndarray, renewed: np.ndarray, kept: np.ndarray, gpus: np.ndarray, per_server: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """One GPU for each combination that is not ``renewed``: per type, the free GPUs in order of (their
+    server's free count, GPU number), one per pending combination in row order. ``kept``: the GPU of each
+    renewed combination, in row order. Returns the chosen GPU per row (-1 where renewed) and the first type
+    short of free GPUs (-1 when none is)."""
+    chosen = np.full(types.size, -1, dtype=np.int64)
+    for j in range(gpus.size):
+        pending = np.flatnonzero(~renewed & (types == j))
+        if pending.size == 0:
+            continue
+        free = np.ones(gpus[j], dtype=np.bool_)
+        free[kept[types[renewed] == j]] = False
+        ids = np.flatnonzero(free)
+        if pending.size > ids.size:
+            return chosen, j
+        server = ids // per_server[j]
+        free_on_server = np.bincount(server)
+        ranked = ids[np.argsort(free_on_server[server], kind="mergesort")]
+        chosen[pending] = ranked[: pending.size]
+    return chosen, -1
 
 
 def _place_type(

@@ -29,7 +29,12 @@ import numpy as np
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.combos import ComboTable
 from clustertwin.policies.gavel.isolated import isolated_fractions
-from clustertwin.policies.gavel.mechanism import place_round, priorities, select_round
+from clustertwin.policies.gavel.mechanism import (
+    place_round,
+    plan_single_gpu_round,
+    priorities,
+    select_round,
+)
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput, PairCandidates
 from clustertwin.policies.registry import AllocationPolicy
 
@@ -77,6 +82,7 @@ class RoundPlan:
     consolidated: np.ndarray  # (a,) bool
     renewed: np.ndarray  # (a,) bool: lease extended, no checkpoint
     members: np.ndarray | None = None  # (a, 2) the job ids of `job_ids` as an array, -1 for no partner
+    first_gpus: np.ndarray | None = None  # (a,) the first of each entry of `gpus`, when built as an array
 
     def __len__(self) -> int:
         return len(self.job_ids)
@@ -179,7 +185,7 @@ class GavelScheduler:
         self.prices = prices
         self.entity_weights = entity_weights or {}
         self.budget = budget
-        self.spent_usd = 0.0  # what the rounds so far held, at the prices in effect (the budget's use)
+        self.spent_usd = 0.0  # under a budget: what the rounds so far held, at the prices in effect
         self.measured_pairs: dict[tuple[int, int], np.ndarray] = {}  # (a, b) -> (k, 2) steps/s
         self.aware = bool(getattr(policy, "aware", True))
         self.space_sharing = bool(getattr(policy, "space_sharing", False)) and colocation is not None
@@ -277,7 +283,7 @@ class GavelScheduler:
         else:
             for job_id, n in steps.items():
                 self._arrays.steps_done[self._slot_of[job_id]] += n
-        if self.prices is not None:
+        if self.prices is not None and self.budget is not None:
             gpus = plan.num_gpus.astype(float)
             held = np.asarray(self.prices, dtype=float)[np.asarray(plan.worker_types, dtype=np.int64)]
             self.spent_usd += float(np.sum(held * gpus * np.asarray(seconds, dtype=float)) / 3600.0)
@@ -288,6 +294,7 @@ class GavelScheduler:
             plan.consolidated,
             np.asarray(seconds, dtype=float),
             duration_s,
+            plan.first_gpus,
         )
 
     def _slots_of(self, ids: np.ndarray) -> np.ndarray:
@@ -396,6 +403,21 @@ class GavelScheduler:
         order = list(range(self.layout_k))
         if not self.aware:
             self.rng.shuffle(order)
+        if not ct.has_pairs and (not len(ct.scale_factors) or ct.scale_factors.max() == 1):
+            rows, types, gpu, consolidated, renewed = plan_single_gpu_round(
+                ct.allocation,
+                ct.received,
+                ct.elapsed,
+                ct.deficit,
+                self.layout,
+                order,
+                ct.last_type,
+                ct.last_gpu,
+                ct.last_consolidated,
+            )
+            gpus = list(zip(gpu.tolist()))  # one 1-tuple per combination
+            keys = list(map(ct.keys.__getitem__, rows.tolist()))
+            return RoundPlan(rows, keys, types, gpus, consolidated, renewed, ct.members[rows], gpu)
         rows, types = select_round(
             priorities(ct.allocation, ct.received, ct.elapsed),
             ct.deficit,

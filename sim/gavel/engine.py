@@ -121,8 +121,9 @@ class GavelSimulation:
         self._overhead_per_type[: len(mechanism.preemption_overhead_s)] = mechanism.preemption_overhead_s
         self.window_left = sum(j.in_window for j in jobs)
         self.window_total = max(self.window_left, 1)
-        self.round_chunks: list[tuple[np.ndarray, ...]] = []
-        self._chunk_rows = 0
+        # The per-job-per-round table's columns, grown by doubling; rows [0, _kept_rows) are filled.
+        self._round_columns = [np.empty(1024, dtype=dtype) for _, dtype in _ROUND_COLUMNS]
+        self._kept_rows = 0
         self.rounds_file: Path | None = None
         self._rounds_writer: pq.ParquetWriter | None = None
         self.job_rounds = 0  # Σ over rounds of the jobs active in the round (a run's cost scales with it)
@@ -245,8 +246,8 @@ class GavelSimulation:
         self.max_active = max(self.max_active, active)
         self._keep_rows(
             (
-                np.full(len(jobs), self.num_rounds),
-                np.full(len(jobs), start),
+                self.num_rounds,
+                start,
                 np.where(finishes | preempted, finish_t, latest),
                 jobs,
                 types,
@@ -379,16 +380,16 @@ class GavelSimulation:
         spec_rate = self.rate_consolidated[jobs, types]
         self._keep_rows(
             (
-                np.full(len(jobs), -1),
-                np.full(len(jobs), start),
+                -1,
+                start,
                 start + share * dt,
                 jobs,
                 types,
                 sf,
-                np.ones(len(jobs), dtype=bool),
-                np.ones(len(jobs), dtype=bool),
+                True,
+                True,
                 np.where(rate > 0, spec_rate * share * dt, 0.0),
-                np.full(len(jobs), -1, dtype=np.int64),
+                -1,
             )
         )
 
@@ -473,10 +474,18 @@ class GavelSimulation:
             raise ValueError("a market's round costs need the rounds table in memory: it cannot stream")
         self.rounds_file = path
 
-    def _keep_rows(self, chunk: tuple[np.ndarray, ...]) -> None:
-        self.round_chunks.append(chunk)
-        self._chunk_rows += len(chunk[0])
-        if self.rounds_file is not None and self._chunk_rows >= STREAM_CHUNK_ROWS:
+    def _keep_rows(self, values: tuple[np.ndarray | float, ...]) -> None:
+        """Append rows to the per-job-per-round table: one array (or one value for every row) per column,
+        the first an array."""
+        rows = next(len(v) for v in values if isinstance(v, np.ndarray))
+        end = self._kept_rows + rows
+        if end > len(self._round_columns[0]):
+            size = max(end, 2 * len(self._round_columns[0]))
+            self._round_columns = [_resized(c, self._kept_rows, size) for c in self._round_columns]
+        for column, v in zip(self._round_columns, values, strict=True):
+            column[self._kept_rows : end] = v
+        self._kept_rows = end
+        if self.rounds_file is not None and self._kept_rows >= STREAM_CHUNK_ROWS:
             self._flush_rounds()
 
     def _flush_rounds(self) -> None:
@@ -486,19 +495,13 @@ class GavelSimulation:
         if self._rounds_writer is None:
             self._rounds_writer = pq.ParquetWriter(self.rounds_file, table.schema)
         self._rounds_writer.write_table(table)
-        self.round_chunks = []
-        self._chunk_rows = 0
+        self._kept_rows = 0
 
     def _rounds_frame(self) -> pd.DataFrame:
-        columns = (
-            [np.concatenate(parts) for parts in zip(*self.round_chunks, strict=True)]
-            if self.round_chunks
-            else [np.zeros(0)] * len(_ROUND_COLUMNS)
-        )
         rounds = pd.DataFrame(
             {
-                name: values.astype(dtype)
-                for (name, dtype), values in zip(_ROUND_COLUMNS, columns, strict=True)
+                name: column[: self._kept_rows].copy()
+                for (name, _), column in zip(_ROUND_COLUMNS, self._round_columns, strict=True)
             }
         )
         rounds["worker_type"] = np.array(self.layout.worker_types, dtype=object)[
@@ -507,7 +510,9 @@ class GavelSimulation:
         return rounds
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        steps = {j.spec.job_id: j.spec.total_steps - self.remaining[j.spec.job_id] for j in self.jobs}
+        ids = [j.spec.job_id for j in self.jobs]
+        made = np.array([j.spec.total_steps for j in self.jobs]) - self.remaining[ids]
+        steps = dict(zip(ids, made.tolist(), strict=True))
         jobs = jobs_table(self.jobs, self.first_start, self.completion, steps)
         if self.rounds_file is not None:
             self._flush_rounds()
@@ -529,6 +534,13 @@ class GavelSimulation:
 
 # Rows of the per-job-per-round table kept in memory before a streamed run writes them out.
 STREAM_CHUNK_ROWS = 1_000_000
+
+
+def _resized(column: np.ndarray, filled: int, size: int) -> np.ndarray:
+    out = np.empty(size, dtype=column.dtype)
+    out[:filled] = column[:filled]
+    return out
+
 
 _ROUND_COLUMNS = (
     ("round", np.int64),
