@@ -280,3 +280,23 @@ def test_priorities_rank_a_job_behind_its_share_first_and_an_unserved_one_above_
     prio = priorities(alloc, received, np.full(4, 400.0))
     assert prio[2, 0] > prio[0, 0] > prio[1, 0] > prio[3, 0] == 0.0
     assert prio[0, 0] == 0.5 / (100.0 / 400.0)
+
+
+def test_placements_recorded_as_one_gpu_each_read_back_as_tuples_after_arrivals_and_departures():
+    table = ComboTable(2, 360.0)
+    for m in range(6):
+        table.add((m,), 1, np.zeros(2))
+    ids = np.arange(6)
+    table.reset(
+        [(m,) for m in range(6)], np.column_stack([ids, -np.ones(6)]), np.ones(6), np.full((6, 2), 0.5)
+    )
+    rows, types, gpu = np.array([0, 2, 5]), np.array([1, 0, 1]), np.array([3, 0, 1])
+    table.record_round(rows, types, [(3,), (0,), (1,)], np.ones(3, dtype=bool), np.full(3, 60.0), 60.0, gpu)
+    table.add((6,), 1, np.zeros(2))
+    table.drop_job(2)
+    held = table.last_gpus
+    assert len(held) == 7
+    assert held == [(3,), (), (), (), (), (1,), ()]
+    # A later round recorded as tuples starts from the same placements.
+    table.record_round(np.array([1]), np.array([0]), [(4, 5)], np.ones(1, dtype=bool), np.full(1, 60.0), 60.0)
+    assert table.last_gpus[1] == (4, 5) and table.last_gpu[1] == 4 and table.last_type.tolist()[:2] == [-1, 0]

@@ -70,7 +70,8 @@ class ComboTable:
         b["last_consolidated"][:n] = False
         self.keys: list[Key] = list(keys)
         self.index: dict[Key, int] = {key: row for row, key in enumerate(keys)}
-        self.last_gpus: list[tuple[int, ...]] = [()] * n
+        self._last_gpus: list[tuple[int, ...]] = [()] * n
+        self._one_gpu_rounds = False
         self._n = n
         self._views()
         self.scale_factors[:] = scale_factors
@@ -115,8 +116,29 @@ class ComboTable:
         self._views()
         self.index[key] = row
         self.keys.append(key)
-        self.last_gpus.append(())
+        if not self._one_gpu_rounds:  # else the new row's () follows from its last_type when read
+            self._last_gpus.append(())
         self._pairs += len(key) == 2
+
+    @property
+    def last_gpus(self) -> list[tuple[int, ...]]:
+        """The GPUs each combination held in the last round it ran (read where last_type >= 0). After
+        rounds of one-GPU combinations only (``record_round`` given ``first_gpus``), built when read."""
+        if self._one_gpu_rounds:
+            self._last_gpus = [
+                (g,) if t >= 0 else ()
+                for t, g in zip(self.last_type.tolist(), self.last_gpu.tolist(), strict=True)
+            ]
+            self._one_gpu_rounds = False
+        return self._last_gpus
+
+    def _forget_gpus(self, row: int) -> None:
+        if not self._one_gpu_rounds:  # else the row's () follows from its last_type (-1) when read
+            self._last_gpus[row] = ()
+
+    def _set_last_gpus(self, last_gpus: list[tuple[int, ...]]) -> None:
+        self._last_gpus = last_gpus
+        self._one_gpu_rounds = False
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -139,7 +161,7 @@ class ComboTable:
 
     def _ran_nowhere(self, row: int) -> None:
         self.last_type[row] = -1
-        self.last_gpus[row] = ()
+        self._forget_gpus(row)
 
     def _rows_of(self, job_id: int) -> np.ndarray:
         """Live rows the job belongs to."""
@@ -157,7 +179,7 @@ class ComboTable:
             key = self.keys[row]
             del self.index[key]
             self._pairs -= len(key) == 2
-            self.last_gpus[row] = ()
+            self._forget_gpus(row)
         self.alive[rows] = False
         self.allocation[rows] = 0.0  # a dead row's priority is 0: it is never chosen
         self.last_type[rows] = -1
@@ -194,7 +216,7 @@ class ComboTable:
         self.last_type[kept] = last_type
         self.last_gpu[kept] = last_gpu
         self.last_consolidated[kept] = last_consolidated
-        self.last_gpus = last_gpus
+        self._set_last_gpus(last_gpus)
 
     def _single_rows(self, job_ids: np.ndarray) -> np.ndarray:
         """The live row of each job's single combination, -1 where it has none (no pairs in the table)."""
@@ -217,32 +239,37 @@ class ComboTable:
         first_gpus: np.ndarray | None = None,
     ) -> None:
         """Combinations ``rows`` ran ``seconds`` on ``types``; every combination's clock moved ``duration_s``.
-        ``first_gpus``: the first of each entry of ``gpus``, when the caller has them as an array.
+        ``first_gpus``: when every combination in the round held one GPU, those GPUs as an array (the
+        tuples of ``gpus`` are then not read).
 
         Call before removing the jobs that finished in the round, so ``rows`` still index this table.
         """
+        if len(gpus) != len(rows):
+            raise ValueError(f"{len(rows)} rows ran but {len(gpus)} placements were given")
+        if first_gpus is None:
+            held = self.last_gpus  # built from last round's types, before they are overwritten
+            # One C-level pass instead of a Python loop over the round's ~100 rows.
+            collections.deque(map(held.__setitem__, rows.tolist(), gpus), maxlen=0)
+            first_gpus = np.fromiter((g[0] if g else -1 for g in gpus), np.int64, len(gpus))
+        else:
+            self._one_gpu_rounds = True  # `last_gpus` follows from last_type and last_gpu until read
         self.received[rows, types] += seconds
         self.last_type[:] = -1
         self.last_type[rows] = types
-        if first_gpus is None:
-            first_gpus = np.fromiter((held[0] if held else -1 for held in gpus), np.int64, len(gpus))
         self.last_gpu[rows] = first_gpus
         self.last_consolidated[rows] = consolidated
-        if len(gpus) != len(rows):
-            raise ValueError(f"{len(rows)} rows ran but {len(gpus)} placements were given")
-        # One C-level pass instead of a Python loop over the round's ~100 rows.
-        collections.deque(map(self.last_gpus.__setitem__, rows.tolist(), gpus), maxlen=0)
         self.elapsed += duration_s
 
     def _compact(self) -> None:
         rows = np.flatnonzero(self.alive)
         keep = {name: buf[: self._n][rows] for name, buf in self._buf.items()}
         keys = [self.keys[r] for r in rows.tolist()]
-        last_gpus = [self.last_gpus[r] for r in rows.tolist()]
+        last_gpus = self.last_gpus
+        last_gpus = [last_gpus[r] for r in rows.tolist()]
         self._install(keys, keep["scale_factors"], keep["allocation"], keep["members"])
         for name, values in keep.items():
             getattr(self, name)[:] = values
-        self.last_gpus = last_gpus
+        self._set_last_gpus(last_gpus)
 
 
 def _grown(buf: np.ndarray) -> np.ndarray:

@@ -121,8 +121,9 @@ class GavelSimulation:
         self._overhead_per_type[: len(mechanism.preemption_overhead_s)] = mechanism.preemption_overhead_s
         self.window_left = sum(j.in_window for j in jobs)
         self.window_total = max(self.window_left, 1)
-        # The per-job-per-round table's columns, grown by doubling; rows [0, _kept_rows) are filled.
-        self._round_columns = [np.empty(1024, dtype=dtype) for _, dtype in _ROUND_COLUMNS]
+        # The per-job-per-round table in blocks of columns; the last block is filled up to _block_rows.
+        self._round_blocks: list[list[np.ndarray]] = []
+        self._block_rows = 0
         self._kept_rows = 0
         self.rounds_file: Path | None = None
         self._rounds_writer: pq.ParquetWriter | None = None
@@ -475,16 +476,21 @@ class GavelSimulation:
         self.rounds_file = path
 
     def _keep_rows(self, values: tuple[np.ndarray | float, ...]) -> None:
-        """Append rows to the per-job-per-round table: one array (or one value for every row) per column,
-        the first an array."""
+        """Append rows to the per-job-per-round table: one array (or one value for every row) per column."""
         rows = next(len(v) for v in values if isinstance(v, np.ndarray))
-        end = self._kept_rows + rows
-        if end > len(self._round_columns[0]):
-            size = max(end, 2 * len(self._round_columns[0]))
-            self._round_columns = [_resized(c, self._kept_rows, size) for c in self._round_columns]
-        for column, v in zip(self._round_columns, values, strict=True):
-            column[self._kept_rows : end] = v
-        self._kept_rows = end
+        block = self._round_blocks[-1] if self._round_blocks else None
+        if block is None or self._block_rows + rows > len(block[0]):
+            if block is not None:
+                self._round_blocks[-1] = [column[: self._block_rows] for column in block]
+            size = max(ROUND_BLOCK_ROWS, rows)
+            block = [np.empty(size, dtype=dtype) for _, dtype in _ROUND_COLUMNS]
+            self._round_blocks.append(block)
+            self._block_rows = 0
+        end = self._block_rows + rows
+        for column, v in zip(block, values, strict=True):
+            column[self._block_rows : end] = v
+        self._block_rows = end
+        self._kept_rows += rows
         if self.rounds_file is not None and self._kept_rows >= STREAM_CHUNK_ROWS:
             self._flush_rounds()
 
@@ -495,14 +501,19 @@ class GavelSimulation:
         if self._rounds_writer is None:
             self._rounds_writer = pq.ParquetWriter(self.rounds_file, table.schema)
         self._rounds_writer.write_table(table)
+        self._round_blocks = []
         self._kept_rows = 0
 
     def _rounds_frame(self) -> pd.DataFrame:
+        if self._round_blocks:
+            self._round_blocks[-1] = [column[: self._block_rows] for column in self._round_blocks[-1]]
+        parts = list(zip(*self._round_blocks, strict=True)) or [()] * len(_ROUND_COLUMNS)
+        columns = [
+            np.concatenate(blocks) if blocks else np.zeros(0, dtype=dtype)
+            for (_, dtype), blocks in zip(_ROUND_COLUMNS, parts, strict=True)
+        ]
         rounds = pd.DataFrame(
-            {
-                name: column[: self._kept_rows].copy()
-                for (name, _), column in zip(_ROUND_COLUMNS, self._round_columns, strict=True)
-            }
+            {name: values for (name, _), values in zip(_ROUND_COLUMNS, columns, strict=True)}
         )
         rounds["worker_type"] = np.array(self.layout.worker_types, dtype=object)[
             rounds["worker_type"].to_numpy()
@@ -534,12 +545,8 @@ class GavelSimulation:
 
 # Rows of the per-job-per-round table kept in memory before a streamed run writes them out.
 STREAM_CHUNK_ROWS = 1_000_000
-
-
-def _resized(column: np.ndarray, filled: int, size: int) -> np.ndarray:
-    out = np.empty(size, dtype=column.dtype)
-    out[:filled] = column[:filled]
-    return out
+# Rows per block of that table in memory (a block is allocated whole and never copied until the end).
+ROUND_BLOCK_ROWS = 1 << 16
 
 
 _ROUND_COLUMNS = (
