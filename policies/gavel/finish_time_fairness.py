@@ -125,6 +125,7 @@ class FinishTimeFairness:
     aware: bool = True
     space_sharing: bool = False
     name: ClassVar[str] = "ftf"
+    needs: ClassVar[tuple[str, ...]] = ("iso_elapsed",)
 
     def allocate(self, inp: AllocationInput, rng: np.random.Generator) -> Allocation:
         return ftf_allocation(inp, self.aware, self.space_sharing)

@@ -188,6 +188,8 @@ class GavelScheduler:
         self.spent_usd = 0.0  # under a budget: what the rounds so far held, at the prices in effect
         self.measured_pairs: dict[tuple[int, int], np.ndarray] = {}  # (a, b) -> (k, 2) steps/s
         self.aware = bool(getattr(policy, "aware", True))
+        # t^iso is accumulated at every reset only for a policy that reads it (FTF).
+        self._reads_iso = "iso_elapsed" in getattr(policy, "needs", ())
         self.space_sharing = bool(getattr(policy, "space_sharing", False)) and colocation is not None
         self.jobs: dict[int, _JobState] = {}
         self._arrays = _JobArrays(len(layout.worker_types))
@@ -377,7 +379,8 @@ class GavelScheduler:
     def reset(self, now: float) -> Allocation:
         """Recompute the allocation X for the active jobs (§5.3.1) and restart the priority bookkeeping."""
         inp = self._allocation_input(now)
-        self._accumulate_iso(inp)
+        if self._reads_iso:
+            self._accumulate_iso(inp)
         allocation = self.policy.allocate(inp, self.rng)
         keys: list[tuple[int, ...]] = [(m,) for m in inp.job_ids.tolist()]
         members = [np.column_stack([inp.job_ids, np.full(inp.n, -1)])]
