@@ -32,6 +32,7 @@ from clustertwin.policies.gavel.scheduler import (
 )
 from clustertwin.policies.registry import AllocationPolicy
 from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table
+from clustertwin.sim.gavel.progress import round_progress
 
 if TYPE_CHECKING:
     from clustertwin.scenarios.gavel_fleet import MarketHook
@@ -178,9 +179,14 @@ class GavelSimulation:
         start = self.env.now
         length = self.mechanism.round_s
         combo, jobs, shared = self._slots(plan)
-        types = plan.worker_types[combo]
+        alone = len(jobs) == len(plan)  # one slot per combination: slot i is combination i
+
+        def per_slot(values: np.ndarray) -> np.ndarray:
+            return values if alone else values[combo]
+
+        types = per_slot(plan.worker_types)
         rate = self._slot_rates(plan, combo, jobs, types)
-        if len(jobs) == len(plan):
+        if alone:
             ran_before = self.has_run[jobs]
         else:
             ran_before = np.zeros(len(plan), dtype=bool)
@@ -194,27 +200,17 @@ class GavelSimulation:
             rate = np.where(self.host.on_host[types], rate * speed, rate)
             overhead = np.where(self.host.on_host[plan.worker_types], overhead / speed, overhead)
         overhead = np.minimum(overhead, length)
-        run = length - overhead[combo]
+        slot_overhead = overhead if alone else overhead[combo]
         left = self.remaining[jobs]
-        reach = rate * run
-        finishes = (rate > 0) & (reach >= left)
-        steps = np.where(finishes, left, reach)
-        # Dividing only where a slot finishes (its rate is then > 0): np.where's values, without an
-        # errstate context per round.
-        finish_t = np.add(
-            start + overhead[combo],
-            np.divide(left, rate, out=np.zeros_like(left), where=finishes),
-            out=np.full(len(jobs), np.inf),
-            where=finishes,
-        )
-        preempted = np.zeros(len(jobs), dtype=bool)
+        steps, finishes, finish_t = round_progress(rate, left, slot_overhead, start, length)
+        preempted = None
         if self.market is not None:
             # A worker terminated mid-round takes its jobs' progress since their last checkpoint (the
             # round's start) with it, unless they finished first; the slot ends at the termination.
             cut = self.market.cut_times(plan, start, length)[combo]
             preempted = cut < np.where(finishes, finish_t, start + length)
             if preempted.any():
-                lost = np.minimum(rate * np.maximum(cut - start - overhead[combo], 0.0), left)
+                lost = np.minimum(rate * np.maximum(cut - start - slot_overhead, 0.0), left)
                 for i in np.flatnonzero(preempted).tolist():
                     c = int(combo[i])
                     self.market.record_preemption(
@@ -228,7 +224,7 @@ class GavelSimulation:
                 finishes = finishes & ~preempted
                 steps = np.where(preempted, 0.0, steps)
                 finish_t = np.where(preempted, cut, finish_t)
-        if len(jobs) == len(plan):
+        if alone:
             combo_end = np.minimum(finish_t, start + length)
         else:
             combo_end = np.full(len(plan), -np.inf)
@@ -240,8 +236,7 @@ class GavelSimulation:
         for m in jobs[~self.has_run[jobs]].tolist():
             self.first_start[m] = start
         self.has_run[jobs] = True
-        self.remaining[jobs] -= steps
-        self.remaining[jobs[finishes]] = 0.0
+        self.remaining[jobs] -= steps  # a finishing slot's steps are what it had left: 0 remains
         active = len(self.scheduler.jobs)
         self.job_rounds += active
         self.max_active = max(self.max_active, active)
@@ -249,25 +244,27 @@ class GavelSimulation:
             (
                 self.num_rounds,
                 start,
-                np.where(finishes | preempted, finish_t, latest),
+                np.where(finishes if preempted is None else finishes | preempted, finish_t, latest),
                 jobs,
                 types,
-                plan.num_gpus[combo],
-                plan.consolidated[combo],
-                plan.renewed[combo],
+                per_slot(plan.num_gpus),
+                per_slot(plan.consolidated),
+                per_slot(plan.renewed),
                 steps,
                 shared,
             )
         )
         seconds = combo_end - start - overhead
-        if preempted.any():
+        if preempted is not None and preempted.any():
             # A preempted combination received nothing it keeps: no credit towards its share.
             seconds[combo[preempted]] = 0.0
         self.scheduler.record_round(plan, seconds, (jobs, steps), latest - start)
         if self.policy_throughputs is not None:
             # Each lease's steps/s as the real backend measures it (alone on its workers, trained, not
             # evicted) feeds the policy's estimate of that job on that type.
-            measured = (shared < 0) & (steps > 0) & ~preempted
+            measured = (shared < 0) & (steps > 0)
+            if preempted is not None:
+                measured &= ~preempted
             for m, j, r in zip(
                 jobs[measured].tolist(), types[measured].tolist(), rate[measured].tolist(), strict=True
             ):
@@ -276,7 +273,8 @@ class GavelSimulation:
             # A shared lease's pair of rates (both trained, neither evicted) feeds the pair's estimate.
             for c, key in enumerate(plan.job_ids):
                 slots = np.flatnonzero(combo == c)
-                if len(key) == 2 and (steps[slots] > 0).all() and not preempted[slots].any():
+                evicted = preempted is not None and preempted[slots].any()
+                if len(key) == 2 and (steps[slots] > 0).all() and not evicted:
                     pair = (float(rate[slots[0]]), float(rate[slots[1]]))
                     self.scheduler.observe_pair(key, int(plan.worker_types[c]), pair, ONLINE_SMOOTHING)
         self.num_rounds += 1
