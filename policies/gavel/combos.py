@@ -39,6 +39,11 @@ class ComboTable:
     def has_pairs(self) -> bool:
         return self._pairs > 0
 
+    @property
+    def one_gpu_each(self) -> bool:
+        """Every live combination holds one GPU."""
+        return self._wide == 0
+
     # --- storage ------------------------------------------------------------------------------------
 
     def _install(
@@ -79,6 +84,7 @@ class ComboTable:
         self.members[:] = members
         self.alive[:] = True
         self._pairs = int(np.count_nonzero(members[:, 1] >= 0))
+        self._wide = int(np.count_nonzero(self.scale_factors > 1))
         self._dead = 0
 
     def _views(self) -> None:
@@ -119,6 +125,7 @@ class ComboTable:
         if not self._one_gpu_rounds:  # else the new row's () follows from its last_type when read
             self._last_gpus.append(())
         self._pairs += len(key) == 2
+        self._wide += scale_factor > 1
 
     @property
     def last_gpus(self) -> list[tuple[int, ...]]:
@@ -180,6 +187,7 @@ class ComboTable:
             del self.index[key]
             self._pairs -= len(key) == 2
             self._forget_gpus(row)
+        self._wide -= int(np.count_nonzero(self.scale_factors[rows] > 1))
         self.alive[rows] = False
         self.allocation[rows] = 0.0  # a dead row's priority is 0: it is never chosen
         self.last_type[rows] = -1

@@ -406,7 +406,7 @@ class GavelScheduler:
         order = list(range(self.layout_k))
         if not self.aware:
             self.rng.shuffle(order)
-        if not ct.has_pairs and (not len(ct.scale_factors) or ct.scale_factors.max() == 1):
+        if not ct.has_pairs and ct.one_gpu_each:
             rows, types, gpu, consolidated, renewed = plan_single_gpu_round(
                 ct.allocation,
                 ct.received,

@@ -122,9 +122,9 @@ class GavelSimulation:
         self._overhead_per_type[: len(mechanism.preemption_overhead_s)] = mechanism.preemption_overhead_s
         self.window_left = sum(j.in_window for j in jobs)
         self.window_total = max(self.window_left, 1)
-        # The per-job-per-round table in blocks of columns; the last block is filled up to _block_rows.
-        self._round_blocks: list[list[np.ndarray]] = []
-        self._block_rows = 0
+        # The per-job-per-round table as the rounds gave it: per round a row count and one array (or one
+        # value for every row) per column, assembled once (`_rounds_frame`).
+        self._round_chunks: list[tuple[int, tuple[np.ndarray | float, ...]]] = []
         self._kept_rows = 0
         self.rounds_file: Path | None = None
         self._rounds_writer: pq.ParquetWriter | None = None
@@ -476,18 +476,7 @@ class GavelSimulation:
     def _keep_rows(self, values: tuple[np.ndarray | float, ...]) -> None:
         """Append rows to the per-job-per-round table: one array (or one value for every row) per column."""
         rows = next(len(v) for v in values if isinstance(v, np.ndarray))
-        block = self._round_blocks[-1] if self._round_blocks else None
-        if block is None or self._block_rows + rows > len(block[0]):
-            if block is not None:
-                self._round_blocks[-1] = [column[: self._block_rows] for column in block]
-            size = max(ROUND_BLOCK_ROWS, rows)
-            block = [np.empty(size, dtype=dtype) for _, dtype in _ROUND_COLUMNS]
-            self._round_blocks.append(block)
-            self._block_rows = 0
-        end = self._block_rows + rows
-        for column, v in zip(block, values, strict=True):
-            column[self._block_rows : end] = v
-        self._block_rows = end
+        self._round_chunks.append((rows, values))
         self._kept_rows += rows
         if self.rounds_file is not None and self._kept_rows >= STREAM_CHUNK_ROWS:
             self._flush_rounds()
@@ -499,20 +488,26 @@ class GavelSimulation:
         if self._rounds_writer is None:
             self._rounds_writer = pq.ParquetWriter(self.rounds_file, table.schema)
         self._rounds_writer.write_table(table)
-        self._round_blocks = []
+        self._round_chunks = []
         self._kept_rows = 0
 
     def _rounds_frame(self) -> pd.DataFrame:
-        if self._round_blocks:
-            self._round_blocks[-1] = [column[: self._block_rows] for column in self._round_blocks[-1]]
-        parts = list(zip(*self._round_blocks, strict=True)) or [()] * len(_ROUND_COLUMNS)
-        columns = [
-            np.concatenate(blocks) if blocks else np.zeros(0, dtype=dtype)
-            for (_, dtype), blocks in zip(_ROUND_COLUMNS, parts, strict=True)
-        ]
-        rounds = pd.DataFrame(
-            {name: values for (name, _), values in zip(_ROUND_COLUMNS, columns, strict=True)}
-        )
+        counts = np.array([rows for rows, _ in self._round_chunks], dtype=np.int64)
+        columns = {}
+        for c, (name, dtype) in enumerate(_ROUND_COLUMNS):
+            parts = [values[c] for _, values in self._round_chunks]
+            if not parts:
+                columns[name] = np.zeros(0, dtype=dtype)
+            elif any(isinstance(v, np.ndarray) for v in parts):
+                columns[name] = np.concatenate(
+                    [
+                        v if isinstance(v, np.ndarray) else np.full(n, v)
+                        for v, n in zip(parts, counts, strict=True)
+                    ]
+                ).astype(dtype, copy=False)
+            else:
+                columns[name] = np.repeat(np.array(parts, dtype=dtype), counts)
+        rounds = pd.DataFrame(columns)
         rounds["worker_type"] = np.array(self.layout.worker_types, dtype=object)[
             rounds["worker_type"].to_numpy()
         ]
@@ -543,8 +538,6 @@ class GavelSimulation:
 
 # Rows of the per-job-per-round table kept in memory before a streamed run writes them out.
 STREAM_CHUNK_ROWS = 1_000_000
-# Rows per block of that table in memory (a block is allocated whole and never copied until the end).
-ROUND_BLOCK_ROWS = 1 << 16
 
 
 _ROUND_COLUMNS = (
