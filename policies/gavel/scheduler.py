@@ -82,7 +82,7 @@ class RoundPlan:
     consolidated: np.ndarray  # (a,) bool
     renewed: np.ndarray  # (a,) bool: lease extended, no checkpoint
     members: np.ndarray | None = None  # (a, 2) the job ids of `job_ids` as an array, -1 for no partner
-    first_gpus: np.ndarray | None = None  # (a,) the first of each entry of `gpus`, when built as an array
+    first_gpus: np.ndarray | None = None  # (a,) when every combination holds one GPU: that GPU
 
     def __len__(self) -> int:
         return len(self.job_ids)
@@ -90,6 +90,8 @@ class RoundPlan:
     @functools.cached_property
     def num_gpus(self) -> np.ndarray:
         """(a,) GPUs each combination holds (computed once: the executor and the scheduler both read it)."""
+        if self.first_gpus is not None:
+            return np.ones(len(self.gpus), dtype=np.int64)
         return np.fromiter(map(len, self.gpus), np.int64, len(self.gpus))
 
     def assignments(self) -> list[Assignment]:

@@ -288,7 +288,7 @@ class GavelSimulation:
             members = plan.members
             shared = members[:, 1] >= 0
             if not shared.any():
-                return np.arange(len(plan)), members[:, 0].copy(), np.full(len(plan), -1, dtype=np.int64)
+                return np.arange(len(plan)), members[:, 0], np.full(len(plan), -1, dtype=np.int64)
             # A pair gives two slots in a row, its first member's then its second's.
             combo = np.repeat(np.arange(len(plan)), np.where(shared, 2, 1))
             first = np.ones(len(combo), dtype=bool)
@@ -313,11 +313,13 @@ class GavelSimulation:
         self, plan: RoundPlan, combo: np.ndarray, jobs: np.ndarray, types: np.ndarray
     ) -> np.ndarray:
         """Each slot's throughput on its placement: consolidated or spread, alone or shared."""
+        if len(jobs) == len(plan):
+            return np.where(
+                plan.consolidated, self.rate_consolidated[jobs, types], self.rate_spread[jobs, types]
+            )
         rate = np.where(
             plan.consolidated[combo], self.rate_consolidated[jobs, types], self.rate_spread[jobs, types]
         )
-        if len(jobs) == len(plan):
-            return rate
         for c, key in enumerate(plan.job_ids):
             if len(key) == 2:
                 assert self.colocation is not None
