@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from clustertwin.policies.compiled import interpreted
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.combos import ComboTable
-from clustertwin.policies.gavel.mechanism import place_round, plan_single_gpu_round, priorities, select_round
+from clustertwin.policies.gavel.mechanism import (
+    _plan_single_gpu_round,
+    place_round,
+    plan_single_gpu_round,
+    priorities,
+    select_round,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -300,3 +307,27 @@ def test_placements_recorded_as_one_gpu_each_read_back_as_tuples_after_arrivals_
     # A later round recorded as tuples starts from the same placements.
     table.record_round(np.array([1]), np.array([0]), [(4, 5)], np.ones(1, dtype=bool), np.full(1, 60.0), 60.0)
     assert table.last_gpus[1] == (4, 5) and table.last_gpu[1] == 4 and table.last_type.tolist()[:2] == [-1, 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(single_gpu_tables())
+def test_the_compiled_round_plan_gives_the_bits_of_its_plain_python_form(table):
+    layout, alloc, received, elapsed, deficit, order, last_type, last_gpu, last_consolidated = table
+    args = (
+        alloc,
+        received,
+        elapsed,
+        deficit,
+        np.array(layout.gpus, dtype=np.int64),
+        np.array(layout.gpus_per_server, dtype=np.int64),
+        np.array(order, dtype=np.int64),
+        last_type,
+        last_gpu,
+        last_consolidated,
+    )
+    fast, plain = _plan_single_gpu_round(*args), interpreted(_plan_single_gpu_round)(*args)
+    for a, b in zip(fast, plain, strict=True):
+        assert np.array_equal(a, b)
+    assert np.array_equal(
+        priorities(alloc, received, elapsed), interpreted(priorities)(alloc, received, elapsed)
+    )

@@ -22,15 +22,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-import numba
 import numpy as np
+from clustertwin.policies.compiled import compiled
 from clustertwin.policies.gavel.cluster import ClusterLayout
 
 # Jobs that have received nothing yet outrank every job that has (the artifact uses the same device).
 UNSERVED_PRIORITY = 1e9
 
 
-@numba.njit(cache=True)
+@compiled
 def priorities(allocation: np.ndarray, received: np.ndarray, elapsed: np.ndarray) -> np.ndarray:
     """``X / share`` per combination and type (``share = received / elapsed``); ``UNSERVED_PRIORITY·X``
     where nothing was received yet; 0 where X is (numerically) 0."""
@@ -75,7 +75,7 @@ def select_round(
     )
 
 
-@numba.njit(cache=True)
+@compiled
 def _greedy_singles(
     prio: np.ndarray,
     deficit: np.ndarray,
@@ -109,7 +109,7 @@ def _greedy_singles(
     return rows[:taken], types[:taken]
 
 
-@numba.njit(cache=True)
+@compiled
 def _by_priority(
     rows: np.ndarray, prio: np.ndarray, deficit: np.ndarray, allocation: np.ndarray
 ) -> np.ndarray:
@@ -133,7 +133,7 @@ def _by_priority(
     return src
 
 
-@numba.njit(cache=True)
+@compiled
 def _first(b: int, a: int, prio: np.ndarray, deficit: np.ndarray, allocation: np.ndarray) -> bool:
     """Whether row b comes strictly before row a."""
     if prio[b] != prio[a]:
@@ -175,7 +175,7 @@ def plan_single_gpu_round(
     return rows, types, gpu, consolidated, renewed
 
 
-@numba.njit(cache=True)
+@compiled
 def _plan_single_gpu_round(
     allocation: np.ndarray,
     received: np.ndarray,
@@ -311,7 +311,7 @@ def _place_singles(
     return gpus, consolidated, renewed
 
 
-@numba.njit(cache=True)
+@compiled
 def _single_gpus(
     types: np.ndarray, renewed: np.ndarray, kept: np.ndarray, gpus: np.ndarray, per_server: np.ndarray
 ) -> tuple[np.ndarray, int]:

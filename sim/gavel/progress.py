@@ -9,11 +9,11 @@ cost, not the arithmetic, set the time of the vectorised form.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+from clustertwin.policies.compiled import compiled
 
 
-@numba.njit(cache=True)
+@compiled
 def round_progress(
     rate: np.ndarray, left: np.ndarray, overhead: np.ndarray, start: float, length: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
