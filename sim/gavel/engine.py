@@ -509,7 +509,7 @@ class GavelSimulation:
                 ).astype(dtype, copy=False)
             else:
                 columns[name] = np.repeat(np.array(parts, dtype=dtype), counts)
-        rounds = pd.DataFrame(columns)
+        rounds = pd.DataFrame(columns, copy=False)  # fresh arrays: no need to copy them into one block
         rounds["worker_type"] = np.array(self.layout.worker_types, dtype=object)[
             rounds["worker_type"].to_numpy()
         ]
