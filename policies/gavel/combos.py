@@ -179,20 +179,22 @@ class ComboTable:
 
     def drop_job(self, job_id: int) -> None:
         """Remove every combination the job belongs to."""
-        rows = self._rows_of(job_id)
-        if not rows.size:
-            return
-        for row in rows.tolist():
+        if self._pairs:
+            rows = self._rows_of(job_id).tolist()
+        else:  # its one row, if any (a departure per round, on average, in a busy cluster)
+            row = self.index.get((job_id,))
+            rows = [] if row is None else [row]
+        for row in rows:
             key = self.keys[row]
             del self.index[key]
             self._pairs -= len(key) == 2
+            self._wide -= int(self.scale_factors[row] > 1)
             self._forget_gpus(row)
-        self._wide -= int(np.count_nonzero(self.scale_factors[rows] > 1))
-        self.alive[rows] = False
-        self.allocation[rows] = 0.0  # a dead row's priority is 0: it is never chosen
-        self.last_type[rows] = -1
-        self._dead += rows.size
-        if self._dead > max(len(self.index), _MIN_COMPACT):
+            self.alive[row] = False
+            self.allocation[row] = 0.0  # a dead row's priority is 0: it is never chosen
+            self.last_type[row] = -1
+        self._dead += len(rows)
+        if rows and self._dead > max(len(self.index), _MIN_COMPACT):
             self._compact()
 
     def reset(

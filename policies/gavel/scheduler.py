@@ -304,9 +304,10 @@ class GavelScheduler:
     def _slots_of(self, ids: np.ndarray) -> np.ndarray:
         """The slots of active jobs ``ids`` (KeyError for a job that is not active)."""
         ids = np.asarray(ids, dtype=np.int64)
-        if ids.size and 0 <= ids.min() and ids.max() < len(self._slot_by_id):
+        if ids.size and ids.max() < len(self._slot_by_id):
             slots = self._slot_by_id[ids]
-            if (slots >= 0).all():
+            # A negative id (which would index from the end) or an inactive job's -1 makes the OR negative.
+            if (slots | ids).min() >= 0:
                 return slots
         return np.fromiter(map(self._slot_of.__getitem__, ids.tolist()), np.int64, len(ids))
 

@@ -247,7 +247,7 @@ class GavelSimulation:
                 np.where(finishes if preempted is None else finishes | preempted, finish_t, latest),
                 jobs,
                 types,
-                per_slot(plan.num_gpus),
+                1 if plan.first_gpus is not None else per_slot(plan.num_gpus),  # a one-GPU plan: 1 each
                 per_slot(plan.consolidated),
                 per_slot(plan.renewed),
                 steps,
