@@ -107,7 +107,7 @@ def assert_basis_fits(inp: AllocationInput, start: lp.ClassBasis, aware: bool) -
     classes, _, _, _ = job_classes(np.column_stack([t, sf, inp.weights]))
     row, col = np.nonzero((classes[:, : inp.k] > 0) & (classes[:, inp.k, None] <= inp.num_workers[None, :]))
     idx = np.unique(row)  # every class is in the min here (positive weights and references)
-    mapped = start.mapped(classes, row, col, idx)
+    mapped = start.mapped(classes, row, col, idx, inp.k)
     if mapped is None:
         return
     col_status, row_status = mapped

@@ -466,7 +466,7 @@ def solve_rows_max_min(
         inv = np.divide(1.0, per_job, out=np.zeros(n), where=per_job > 0)
         return thr * inv[row]
 
-    initial = None if keys is None or start is None else start.mapped(keys, row, col, idx)
+    initial = None if keys is None or start is None else start.mapped(keys, row, col, idx, k)
     x, _, basis = _solve_epigraph(nv, matrix, lower, upper, efficiency, initial, keys is not None)
     carried = None if keys is None or basis is None else ClassBasis.of(keys, row, col, idx, *basis)
     return row, col, x, carried
@@ -514,21 +514,22 @@ class ClassBasis:
         return cls(keys, columns, row_status[:n], row_status[n : n + k], epigraph, int(col_status[-1]))
 
     def mapped(
-        self, keys: np.ndarray, row: np.ndarray, col: np.ndarray, idx: np.ndarray
+        self, keys: np.ndarray, row: np.ndarray, col: np.ndarray, idx: np.ndarray, k: int
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """(column, row) statuses for the LP of classes ``keys`` with X columns (``row``, ``col``) and
-        epigraph rows ``idx``; None when no class carries over (a cold start is as good) or the types
-        differ."""
-        k = self.capacity.shape[0]
-        if keys.shape[1] != self.keys.shape[1] or (col.size and col.max() >= k):
+        """(column, row) statuses for the LP of classes ``keys`` on ``k`` types with X columns (``row``,
+        ``col``) and epigraph rows ``idx``; None when the number of types or the key's width differs, or
+        no class carries over (a cold start is then as good)."""
+        if k != self.capacity.shape[0] or keys.shape[1] != self.keys.shape[1]:
             return None
         known = {key.tobytes(): i for i, key in enumerate(self.keys)}
         old = np.fromiter((known.get(key.tobytes(), -1) for key in keys), np.int64, keys.shape[0])
-        if not (old >= 0).any():
-            return None
         had = old >= 0
+        if not had.any():
+            return None
         columns = np.where(had[row], self.columns[old[row], col], -1)
-        time = np.where(had, self.time[old], _BASIC)
+        # A class left without columns (the cluster shrank below its scale factor) has a slack time row.
+        placed = np.bincount(row, minlength=keys.shape[0]) > 0
+        time = np.where(had & placed, self.time[old], _BASIC)
         epigraph = np.where(had[idx], self.epigraph[old[idx]], -1)
         col_status = np.append(np.where(columns >= 0, columns, _LOWER), self.t).astype(np.int8)
         row_status = np.concatenate([time, self.capacity, np.where(epigraph >= 0, epigraph, _BASIC)])
@@ -539,9 +540,9 @@ def _repair_basis(
     col_status: np.ndarray, row_status: np.ndarray, n: int, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Make the number of basic variables equal the number of rows, as a basis needs. Too few (a class
-    that left held more basic columns than rows): the slacks of tight rows become basic, (5.3) rows
-    first, since a departure frees its GPUs. Too many: basic X columns move to their lower bound, the
-    last first (t stays basic: the optimum always has t > 0)."""
+    that left had more basic variables than rows): the slacks of tight rows become basic, (5.3) rows
+    first, since a departure frees its GPUs. Too many (it had fewer): basic X columns move to their lower
+    bound, the last first; t keeps its status."""
     excess = int((col_status == _BASIC).sum() + (row_status == _BASIC).sum()) - row_status.shape[0]
     if excess < 0:
         order = np.concatenate([np.arange(n, n + k), np.arange(n), np.arange(n + k, row_status.shape[0])])
