@@ -180,7 +180,7 @@ def test_class_lp_built_from_arrays_is_the_layout_lp_bit_for_bit(
     coeff = np.divide(sf / classes[:, k + 1], reference, out=np.zeros(len(classes)), where=reference > 0)
     layout = lp.build_layout(t, sf, inp.num_workers, counts)
     x_layout, _ = lp.solve_max_min(layout, coeff, reference, counts=counts)
-    row, col, x = lp.solve_rows_max_min(t, sf, inp.num_workers, counts, coeff, reference)
+    row, col, x, _ = lp.solve_rows_max_min(t, sf, inp.num_workers, counts, coeff, reference)
     np.testing.assert_array_equal(row, layout.row)
     np.testing.assert_array_equal(col, layout.col)
     assert x.tobytes() == x_layout.tobytes()

@@ -34,6 +34,9 @@ _DUAL, _PRIMAL = 1, 4
 # highspy's MatrixFormat.kColwise and ObjSense values, for passModel's array form.
 _COLWISE = int(highspy.MatrixFormat.kColwise)
 _MAXIMIZE, _MINIMIZE = int(highspy.ObjSense.kMaximize), int(highspy.ObjSense.kMinimize)
+# HighsBasisStatus members by value (kLower, kBasic, kUpper, kZero, kNonbasic), to build a basis.
+_STATUS = tuple(highspy.HighsBasisStatus(v) for v in range(5))
+_LOWER, _BASIC = int(highspy.HighsBasisStatus.kLower), int(highspy.HighsBasisStatus.kBasic)
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,22 @@ class HighsModel:
             return None
         return np.asarray(self._highs.getSolution().col_value)
 
+    def set_basis(self, col_status: np.ndarray, row_status: np.ndarray) -> None:
+        """Start the next solve from this basis (HighsBasisStatus values per column and row)."""
+        basis = highspy.HighsBasis()
+        basis.col_status = list(map(_STATUS.__getitem__, col_status.tolist()))
+        basis.row_status = list(map(_STATUS.__getitem__, row_status.tolist()))
+        basis.valid = True
+        self._highs.setBasis(basis)
+
+    def basis(self) -> tuple[np.ndarray, np.ndarray]:
+        """The current basis as HighsBasisStatus values: (per column, per row)."""
+        basis = self._highs.getBasis()
+        return (
+            np.array([s.value for s in basis.col_status], dtype=np.int8),
+            np.array([s.value for s in basis.row_status], dtype=np.int8),
+        )
+
     def set_row_bounds(self, rows: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
         rows = np.asarray(rows, dtype=np.int32)
         self._highs.changeRowsBounds(len(rows), rows, np.asarray(lower, float), np.asarray(upper, float))
@@ -332,7 +351,7 @@ def solve_max_min(
     # triplets in one conversion: block-stacking through scipy cost more than the solve on small LPs.
     if extra is None:
         matrix, lower, upper = _epigraph_model(layout, coeff, idx)
-        return _solve_epigraph(layout.nv, matrix, lower, upper, efficiency)
+        return _solve_epigraph(layout.nv, matrix, lower, upper, efficiency)[:2]
     base, lower, upper = base_rows(layout)
     epigraph = layout.throughput[idx]
     scaled = epigraph.data * np.repeat(coeff[idx], np.diff(epigraph.indptr))
@@ -360,7 +379,7 @@ def solve_max_min(
         ),
         shape=(rows_so_far, nv + 1),
     )
-    return _solve_epigraph(nv, matrix, np.concatenate(lowers), np.concatenate(uppers), efficiency)
+    return _solve_epigraph(nv, matrix, np.concatenate(lowers), np.concatenate(uppers), efficiency)[:2]
 
 
 def _epigraph_model(
@@ -401,11 +420,15 @@ def solve_rows_max_min(
     counts: np.ndarray,
     coeff: np.ndarray,
     reference: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keys: np.ndarray | None = None,
+    start: ClassBasis | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, ClassBasis | None]:
     """:func:`solve_max_min` on ``build_layout(throughputs, scale_factors, num_workers, counts)`` (single
     rows, no pairs), built straight from the arrays: the same LP entry for entry and the same solves,
     without the layout's sparse maps, whose set-up cost more than the solve on LAS's few dozen class
-    rows. Returns the columns' X rows and types and their values (``Layout.row``, ``.col``, x).
+    rows. Returns the columns' X rows and types and their values (``Layout.row``, ``.col``, x), and,
+    when ``keys`` names each row's class, phase 1's optimal basis filed under those names; phase 1 then
+    starts from ``start`` (see :class:`ClassBasis`).
     """
     n, k = throughputs.shape
     sf = np.asarray(scale_factors, dtype=float)
@@ -415,7 +438,7 @@ def solve_rows_max_min(
     nv = row.shape[0]
     idx = np.flatnonzero((np.bincount(row, minlength=n) > 0) & (coeff > 0))
     if idx.size == 0:
-        return row, col, np.zeros(nv)
+        return row, col, np.zeros(nv), None
     # Column v = X[row[v], col[v]] holds, in row order, (5.2) of its row, (5.3) of its type and, when
     # its row is in the min, that row's epigraph row; column nv is t, −1 in every epigraph row.
     epigraph = np.full(n, -1)
@@ -424,13 +447,13 @@ def solve_rows_max_min(
     indptr = np.zeros(nv + 2, dtype=np.int64)
     np.cumsum(2 + in_min, out=indptr[1 : nv + 1])
     indptr[nv + 1] = indptr[nv] + idx.size
-    start = indptr[:nv]
+    start_at = indptr[:nv]
     indices = np.empty(indptr[-1], dtype=np.int64)
     data = np.empty(indptr[-1])
     thr = throughputs[row, col]
-    indices[start], data[start] = row, 1.0
-    indices[start + 1], data[start + 1] = n + col, sf[row] * counts[row]
-    third = start[in_min] + 2
+    indices[start_at], data[start_at] = row, 1.0
+    indices[start_at + 1], data[start_at + 1] = n + col, sf[row] * counts[row]
+    third = start_at[in_min] + 2
     indices[third], data[third] = epigraph[row[in_min]], thr[in_min] * coeff[row[in_min]]
     indices[indptr[nv] :], data[indptr[nv] :] = n + k + np.arange(idx.size), -1.0
     matrix = CscArrays(indptr, indices, data, (n + k + idx.size, nv + 1))
@@ -443,8 +466,92 @@ def solve_rows_max_min(
         inv = np.divide(1.0, per_job, out=np.zeros(n), where=per_job > 0)
         return thr * inv[row]
 
-    x, _ = _solve_epigraph(nv, matrix, lower, upper, efficiency)
-    return row, col, x
+    initial = None if keys is None or start is None else start.mapped(keys, row, col, idx, k)
+    x, _, basis = _solve_epigraph(nv, matrix, lower, upper, efficiency, initial, keys is not None)
+    carried = None if keys is None or basis is None else ClassBasis.of(keys, row, col, idx, *basis)
+    return row, col, x, carried
+
+
+@dataclass(frozen=True)
+class ClassBasis:
+    """Phase 1's optimal basis of a class LP (:func:`solve_rows_max_min`), each status filed under what
+    its column or row stands for, so that the next reset's LP can start from it.
+
+    Between two resets a few jobs come and go: most classes, and so most of the LP, are unchanged, and
+    the last optimum is a few dual simplex pivots from the new one, where a cold start from the slack
+    basis takes ~73 on the simulator's ~24-class LPs. A column is X[class, type], a row is a class's
+    (5.2) row, a type's (5.3) row or a class's epigraph row; classes are matched by their key (the
+    caller's row of ``keys``: what makes jobs interchangeable). A new class's columns start at 0 and its
+    rows' slacks basic; a class that left takes its statuses with it; then the count of basic variables
+    is repaired (:func:`_repair_basis`). Any basis is a valid start: a poor one costs pivots, not the
+    optimum. Statuses are HighsBasisStatus values.
+    """
+
+    keys: np.ndarray  # (c, d) each class's key, in the LP's row order
+    columns: np.ndarray  # (c, k) status of X[class, type]; -1 where it was no column
+    time: np.ndarray  # (c,) status of the class's (5.2) row
+    capacity: np.ndarray  # (k,) status of each type's (5.3) row
+    epigraph: np.ndarray  # (c,) status of the class's epigraph row; -1 where the class was not in the min
+    t: int  # status of the epigraph column t
+
+    @classmethod
+    def of(
+        cls,
+        keys: np.ndarray,
+        row: np.ndarray,
+        col: np.ndarray,
+        idx: np.ndarray,
+        col_status: np.ndarray,
+        row_status: np.ndarray,
+    ) -> ClassBasis:
+        """File a basis of the LP with X columns (``row``, ``col``) and epigraph rows ``idx``."""
+        n = keys.shape[0]
+        k = row_status.shape[0] - n - idx.size
+        columns = np.full((n, k), -1, dtype=np.int8)
+        columns[row, col] = col_status[:-1]
+        epigraph = np.full(n, -1, dtype=np.int8)
+        epigraph[idx] = row_status[n + k :]
+        return cls(keys, columns, row_status[:n], row_status[n : n + k], epigraph, int(col_status[-1]))
+
+    def mapped(
+        self, keys: np.ndarray, row: np.ndarray, col: np.ndarray, idx: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(column, row) statuses for the LP of classes ``keys`` on ``k`` types with X columns (``row``,
+        ``col``) and epigraph rows ``idx``; None when the number of types or the key's width differs, or
+        no class carries over (a cold start is then as good)."""
+        if k != self.capacity.shape[0] or keys.shape[1] != self.keys.shape[1]:
+            return None
+        known = {key.tobytes(): i for i, key in enumerate(self.keys)}
+        old = np.fromiter((known.get(key.tobytes(), -1) for key in keys), np.int64, keys.shape[0])
+        had = old >= 0
+        if not had.any():
+            return None
+        columns = np.where(had[row], self.columns[old[row], col], -1)
+        # A class left without columns (the cluster shrank below its scale factor) has a slack time row.
+        placed = np.bincount(row, minlength=keys.shape[0]) > 0
+        time = np.where(had & placed, self.time[old], _BASIC)
+        epigraph = np.where(had[idx], self.epigraph[old[idx]], -1)
+        col_status = np.append(np.where(columns >= 0, columns, _LOWER), self.t).astype(np.int8)
+        row_status = np.concatenate([time, self.capacity, np.where(epigraph >= 0, epigraph, _BASIC)])
+        return _repair_basis(col_status, row_status.astype(np.int8), keys.shape[0], k)
+
+
+def _repair_basis(
+    col_status: np.ndarray, row_status: np.ndarray, n: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Make the number of basic variables equal the number of rows, as a basis needs. Too few (a class
+    that left had more basic variables than rows): the slacks of tight rows become basic, (5.3) rows
+    first, since a departure frees its GPUs. Too many (it had fewer): basic X columns move to their lower
+    bound, the last first; t keeps its status."""
+    excess = int((col_status == _BASIC).sum() + (row_status == _BASIC).sum()) - row_status.shape[0]
+    if excess < 0:
+        order = np.concatenate([np.arange(n, n + k), np.arange(n), np.arange(n + k, row_status.shape[0])])
+        tight = order[row_status[order] != _BASIC][:-excess]
+        row_status[tight] = _BASIC
+    elif excess > 0:
+        basic = np.flatnonzero(col_status[:-1] == _BASIC)
+        col_status[basic[::-1][:excess]] = _LOWER
+    return col_status, row_status
 
 
 def _solve_epigraph(
@@ -453,9 +560,12 @@ def _solve_epigraph(
     lower: np.ndarray,
     upper: np.ndarray,
     efficiency: Callable[[], np.ndarray],
-) -> tuple[np.ndarray, float]:
+    start: tuple[np.ndarray, np.ndarray] | None = None,
+    keep_basis: bool = False,
+) -> tuple[np.ndarray, float, tuple[np.ndarray, np.ndarray] | None]:
     """Phase 1 (max t) and the warm-started efficiency phase of :func:`solve_max_min`; ``efficiency``
-    gives phase 2's costs on the ``nv`` X columns."""
+    gives phase 2's costs on the ``nv`` X columns. Phase 1 starts from the basis ``start`` (column and
+    row statuses) when given, and its optimal basis is returned when ``keep_basis``."""
     model = HighsModel(
         matrix,
         lower,
@@ -465,16 +575,20 @@ def _solve_epigraph(
         np.concatenate([np.ones(nv), [np.inf]]),
         True,
     )
-    first = model.solve()
+    if start is not None:
+        model.set_basis(*start)
+    # From a basis, dual simplex: the last optimum stays dual feasible where the classes did not change.
+    first = model.solve(warm=None if start is None else "dual")
     if first is None:
         raise RuntimeError("max-min allocation LP failed; the base polytope always contains X = 0")
+    basis = model.basis() if keep_basis else None
     t_star = float(first[nv])
     model.set_col_bounds(np.array([nv]), np.array([(1.0 - OPTIMUM_SLACK) * t_star]), np.array([np.inf]))
     model.set_costs(np.concatenate([efficiency(), [0.0]]))
     second = model.solve(warm="primal")
     model.release()
     x = first[:nv] if second is None else second[:nv]
-    return x, t_star
+    return x, t_star, basis
 
 
 def _triplets(matrix: sp.csr_matrix, row_offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

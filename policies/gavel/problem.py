@@ -54,7 +54,7 @@ class AllocationInput:
     entities: np.ndarray | None = None  # (n,) entity id per job (hierarchical policies)
     entity_weights: dict[int, float] = field(default_factory=dict)
     pairs: PairCandidates | None = None
-    previous: Allocation | None = None  # last allocation, for policies that keep assignments (FIFO)
+    previous: Allocation | None = None  # last allocation: assignments to keep (FIFO), a solver's start (LAS)
 
     @property
     def n(self) -> int:
@@ -83,6 +83,9 @@ class Allocation:
     fractions: np.ndarray  # (n, k) time fraction of each job alone on each type
     pair_members: np.ndarray | None = None  # (p, 2) job ids (not row indices)
     pair_fractions: np.ndarray | None = None  # (p, k)
+    # Solver state the policy that made X may start its next solve from (it reads it back from
+    # ``AllocationInput.previous``), e.g. an LP basis; opaque to everyone else and never part of X.
+    solver_state: object | None = field(default=None, compare=False, repr=False)
 
     def effective_throughput(self, inp: AllocationInput) -> np.ndarray:
         """τ_m(X) = Σ_j T[m,j]·X[m,j] plus the job's share of every pair it belongs to."""
