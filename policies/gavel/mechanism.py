@@ -44,6 +44,30 @@ def priorities(allocation: np.ndarray, received: np.ndarray, elapsed: np.ndarray
     return prio
 
 
+def load_compiled() -> None:
+    """Load the compiled loops (compiling them, the first time on a machine), so that a real run's first
+    round is not held up by it: one tiny round through each, with the argument types rounds use."""
+    layout = ClusterLayout(("t",), (2,), (2,))
+    none = np.full(1, -1, dtype=np.int64)
+    plan_single_gpu_round(
+        np.ones((1, 1)),
+        np.ones((1, 1)),
+        np.ones(1),
+        np.zeros((1, 1)),
+        layout,
+        [0],
+        none,
+        none,
+        np.zeros(1, bool),
+    )
+    select_round(
+        np.ones((1, 1)), np.zeros((1, 1)), np.ones((1, 1)), [(0,)], np.ones(1, np.int64), np.ones(1), [0]
+    )
+    place_round(
+        layout, np.zeros(2, np.int64), np.ones(2, np.int64), np.array([0, -1]), [(1,), ()], np.ones(2, bool)
+    )
+
+
 def select_round(
     prio: np.ndarray,
     deficit: np.ndarray,
@@ -86,17 +110,22 @@ def _greedy_singles(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 2's pass over single-job combinations: per type, in decreasing (priority, deficit,
     allocation), ties by row, take each combination not chosen yet whose GPUs fit what is left."""
-    busy = np.zeros(prio.shape[0], dtype=np.bool_)
-    rows = np.empty(prio.shape[0], dtype=np.int64)
-    types = np.empty(prio.shape[0], dtype=np.int64)
+    n = prio.shape[0]
+    busy = np.zeros(n, dtype=np.bool_)
+    rows = np.empty(n, dtype=np.int64)
+    types = np.empty(n, dtype=np.int64)
+    candidates = np.empty(n, dtype=np.int64)
     taken = 0
     for j in type_order:
         free = capacity[j]
         if free <= 0:
             continue
-        for c in _by_priority(
-            np.flatnonzero((prio[:, j] > 0) & ~busy), prio[:, j], deficit[:, j], allocation[:, j]
-        ):
+        count = 0
+        for c in range(n):
+            if prio[c, j] > 0 and not busy[c]:
+                candidates[count] = c
+                count += 1
+        for c in _by_priority(candidates[:count], prio[:, j], deficit[:, j], allocation[:, j]):
             if scale_factors[c] > free:
                 continue
             busy[c] = True
@@ -172,6 +201,8 @@ def plan_single_gpu_round(
     )
     if short >= 0:
         raise ValueError(f"placement on {layout.worker_types[short]} asked for more GPUs than are free")
+    if short == -2:
+        raise ValueError("a renewed lease holds a GPU its worker type does not have")
     return rows, types, gpu, consolidated, renewed
 
 
@@ -191,11 +222,14 @@ def _plan_single_gpu_round(
     prio = priorities(allocation, received, elapsed)
     one_each = np.ones(allocation.shape[0], dtype=np.int64)
     rows, types = _greedy_singles(prio, deficit, allocation, one_each, gpus, type_order)
-    held = last_gpu[rows]
-    renewed = last_type[rows] == types
-    chosen, short = _single_gpus(types, renewed, held[renewed], gpus, per_server)
-    gpu = np.where(renewed, held, chosen)
-    consolidated = np.where(renewed, last_consolidated[rows], True)
+    held = np.empty(rows.size, dtype=np.int64)
+    renewed = np.empty(rows.size, dtype=np.bool_)
+    consolidated = np.empty(rows.size, dtype=np.bool_)
+    for i in range(rows.size):
+        held[i] = last_gpu[rows[i]]
+        renewed[i] = last_type[rows[i]] == types[i]
+        consolidated[i] = last_consolidated[rows[i]] if renewed[i] else True
+    gpu, short = _single_gpus(types, renewed, held, gpus, per_server)
     return rows, types, gpu, consolidated, renewed, short
 
 
@@ -298,11 +332,15 @@ def _place_singles(
     )
     if kept.size != np.count_nonzero(renewed):
         return None  # a renewed lease that holds no GPU (only hand-made inputs): the general rule
+    held = np.full(types.size, -1, dtype=np.int64)
+    held[renewed] = kept
     chosen, short = _single_gpus(
-        types, renewed, kept, np.asarray(layout.gpus, dtype=np.int64), np.asarray(layout.gpus_per_server)
+        types, renewed, held, np.asarray(layout.gpus, dtype=np.int64), np.asarray(layout.gpus_per_server)
     )
     if short >= 0:
         raise ValueError(f"placement on {layout.worker_types[short]} asked for more GPUs than are free")
+    if short == -2:
+        raise ValueError("a renewed lease holds a GPU its worker type does not have")
     pending = (~renewed).nonzero()[0]
     gpus = list(last_gpus)
     for i, g in zip(pending.tolist(), chosen[pending].tolist(), strict=True):
@@ -313,26 +351,52 @@ def _place_singles(
 
 @compiled
 def _single_gpus(
-    types: np.ndarray, renewed: np.ndarray, kept: np.ndarray, gpus: np.ndarray, per_server: np.ndarray
+    types: np.ndarray, renewed: np.ndarray, held: np.ndarray, gpus: np.ndarray, per_server: np.ndarray
 ) -> tuple[np.ndarray, int]:
     """One GPU for each combination that is not ``renewed``: per type, the free GPUs in order of (their
-    server's free count, GPU number), one per pending combination in row order. ``kept``: the GPU of each
-    renewed combination, in row order. Returns the chosen GPU per row (-1 where renewed) and the first type
-    short of free GPUs (-1 when none is)."""
-    chosen = np.full(types.size, -1, dtype=np.int64)
+    server's free count, GPU number), one per pending combination in row order; a renewed combination
+    keeps ``held``. Returns the GPU per row and -1, or a type short of free GPUs (-2: a renewed lease on a
+    GPU its type does not have)."""
+    chosen = held.copy()
     for j in range(gpus.size):
-        pending = np.flatnonzero(~renewed & (types == j))
-        if pending.size == 0:
-            continue
         free = np.ones(gpus[j], dtype=np.bool_)
-        free[kept[types[renewed] == j]] = False
-        ids = np.flatnonzero(free)
-        if pending.size > ids.size:
+        need = 0
+        for i in range(types.size):
+            if types[i] != j:
+                continue
+            if not renewed[i]:
+                need += 1
+            elif 0 <= held[i] < gpus[j]:
+                free[held[i]] = False
+            else:
+                return chosen, -2
+        if need == 0:
+            continue
+        k = per_server[j]
+        free_on_server = np.zeros((gpus[j] + k - 1) // k, dtype=np.int64)
+        for g in range(gpus[j]):
+            if free[g]:
+                free_on_server[g // k] += 1
+        # A counting sort of the free GPUs by their server's free count (1 … k), stable in GPU number.
+        start = np.zeros(k + 2, dtype=np.int64)
+        for g in range(gpus[j]):
+            if free[g]:
+                start[free_on_server[g // k] + 1] += 1
+        for c in range(1, k + 2):
+            start[c] += start[c - 1]
+        if need > start[k + 1]:
             return chosen, j
-        server = ids // per_server[j]
-        free_on_server = np.bincount(server)
-        ranked = ids[np.argsort(free_on_server[server], kind="mergesort")]
-        chosen[pending] = ranked[: pending.size]
+        ranked = np.empty(start[k + 1], dtype=np.int64)
+        for g in range(gpus[j]):
+            if free[g]:
+                c = free_on_server[g // k]
+                ranked[start[c]] = g
+                start[c] += 1
+        taken = 0
+        for i in range(types.size):
+            if types[i] == j and not renewed[i]:
+                chosen[i] = ranked[taken]
+                taken += 1
     return chosen, -1
 
 

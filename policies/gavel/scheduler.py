@@ -30,6 +30,7 @@ from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.combos import ComboTable
 from clustertwin.policies.gavel.isolated import isolated_fractions
 from clustertwin.policies.gavel.mechanism import (
+    load_compiled,
     place_round,
     plan_single_gpu_round,
     priorities,
@@ -207,6 +208,7 @@ class GavelScheduler:
         self.prices_changed_s: float | None = None  # when prices last changed (cluster_reset_due)
         self.num_resets = 0
         self._dirty = False
+        load_compiled()  # before any round, so that a real run's first round does not wait for it
 
     # --- events from the executor -------------------------------------------------------------------
 
