@@ -6,13 +6,15 @@ are; the mechanism takes the same decisions in vectorised blocks.
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pandas as pd
 from clustertwin.policies.compiled import interpreted
+from clustertwin.policies.gavel import mechanism
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.combos import ComboTable
 from clustertwin.policies.gavel.mechanism import (
-    _plan_single_gpu_round,
     place_round,
     plan_single_gpu_round,
     priorities,
@@ -77,25 +79,24 @@ def reference_place(layout, types, scale_factors, last_type, last_gpus, last_con
     return gpus, consolidated, renewed
 
 
+def draw_bookkeeping(draw, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Allocation, received time and deficit of n combinations on k types, from few distinct values, so
+    that ties in priority and deficit are common."""
+
+    def matrix(values: list[float]) -> np.ndarray:
+        row = st.lists(st.sampled_from(values), min_size=k, max_size=k)
+        return np.array(draw(st.lists(row, min_size=n, max_size=n)))
+
+    return matrix([0.0, 0.0, 0.25, 0.5, 1.0]), matrix([0.0, 90.0, 180.0]), matrix([0.0, 1.0])
+
+
 @st.composite
 def selections(draw):
     k = draw(st.integers(1, 4))
     n = draw(st.integers(1, 40))
     capacity = np.array(draw(st.lists(st.integers(0, 24), min_size=k, max_size=k)))
     sf = np.array(draw(st.lists(st.sampled_from([1, 1, 2, 4, 8]), min_size=n, max_size=n)))
-    # Few distinct values, so that ties in priority and deficit are common.
-    levels = st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0])
-    alloc = np.array(draw(st.lists(st.lists(levels, min_size=k, max_size=k), min_size=n, max_size=n)))
-    received = np.array(
-        draw(
-            st.lists(
-                st.lists(st.sampled_from([0.0, 90.0, 180.0]), min_size=k, max_size=k), min_size=n, max_size=n
-            )
-        )
-    )
-    deficit = np.array(
-        draw(st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=k, max_size=k), min_size=n, max_size=n))
-    )
+    alloc, received, deficit = draw_bookkeeping(draw, n, k)
     order = draw(st.permutations(range(k)))
     return capacity, sf, alloc, received, deficit, order
 
@@ -227,18 +228,7 @@ def single_gpu_tables(draw):
     gpus = [k * draw(st.integers(1, 4)) - draw(st.integers(0, k - 1)) for k in per_server]
     layout = ClusterLayout(tuple(f"t{j}" for j in range(len(gpus))), tuple(gpus), tuple(per_server))
     k, n = len(gpus), draw(st.integers(1, 40))
-    levels = st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0])
-    alloc = np.array(draw(st.lists(st.lists(levels, min_size=k, max_size=k), min_size=n, max_size=n)))
-    received = np.array(
-        draw(
-            st.lists(
-                st.lists(st.sampled_from([0.0, 90.0, 180.0]), min_size=k, max_size=k), min_size=n, max_size=n
-            )
-        )
-    )
-    deficit = np.array(
-        draw(st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=k, max_size=k), min_size=n, max_size=n))
-    )
+    alloc, received, deficit = draw_bookkeeping(draw, n, k)
     last_type = np.full(n, -1, dtype=np.int64)
     last_gpu = np.full(n, -1, dtype=np.int64)
     holders = draw(st.permutations(range(n)))
@@ -313,19 +303,12 @@ def test_placements_recorded_as_one_gpu_each_read_back_as_tuples_after_arrivals_
 @given(single_gpu_tables())
 def test_the_compiled_round_plan_gives_the_bits_of_its_plain_python_form(table):
     layout, alloc, received, elapsed, deficit, order, last_type, last_gpu, last_consolidated = table
-    args = (
-        alloc,
-        received,
-        elapsed,
-        deficit,
-        np.array(layout.gpus, dtype=np.int64),
-        np.array(layout.gpus_per_server, dtype=np.int64),
-        np.array(order, dtype=np.int64),
-        last_type,
-        last_gpu,
-        last_consolidated,
-    )
-    fast, plain = _plan_single_gpu_round(*args), interpreted(_plan_single_gpu_round)(*args)
+    args = (alloc, received, elapsed, deficit, layout, order, last_type, last_gpu, last_consolidated)
+    fast = plan_single_gpu_round(*args)
+    with mock.patch.object(
+        mechanism, "_plan_single_gpu_round", interpreted(mechanism._plan_single_gpu_round)
+    ):
+        plain = plan_single_gpu_round(*args)
     for a, b in zip(fast, plain, strict=True):
         assert np.array_equal(a, b)
     assert np.array_equal(
