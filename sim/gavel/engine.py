@@ -247,7 +247,7 @@ class GavelSimulation:
                 np.where(finishes if preempted is None else finishes | preempted, finish_t, latest),
                 jobs,
                 types,
-                1 if plan.first_gpus is not None else per_slot(plan.num_gpus),  # a one-GPU plan: 1 each
+                per_slot(plan.num_gpus),
                 per_slot(plan.consolidated),
                 per_slot(plan.renewed),
                 steps,
@@ -313,13 +313,11 @@ class GavelSimulation:
         self, plan: RoundPlan, combo: np.ndarray, jobs: np.ndarray, types: np.ndarray
     ) -> np.ndarray:
         """Each slot's throughput on its placement: consolidated or spread, alone or shared."""
-        if len(jobs) == len(plan):
-            return np.where(
-                plan.consolidated, self.rate_consolidated[jobs, types], self.rate_spread[jobs, types]
-            )
-        rate = np.where(
-            plan.consolidated[combo], self.rate_consolidated[jobs, types], self.rate_spread[jobs, types]
-        )
+        alone = len(jobs) == len(plan)  # one slot per combination: no gather, no pairs
+        consolidated = plan.consolidated if alone else plan.consolidated[combo]
+        rate = np.where(consolidated, self.rate_consolidated[jobs, types], self.rate_spread[jobs, types])
+        if alone:
+            return rate
         for c, key in enumerate(plan.job_ids):
             if len(key) == 2:
                 assert self.colocation is not None
