@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -28,6 +29,16 @@ class ClusterLayout:
     @property
     def num_workers(self) -> np.ndarray:
         return np.asarray(self.gpus, dtype=float)
+
+    @cached_property
+    def gpu_counts(self) -> np.ndarray:
+        """``gpus`` as an int64 array (built once: rounds read it every time)."""
+        return np.asarray(self.gpus, dtype=np.int64)
+
+    @cached_property
+    def server_sizes(self) -> np.ndarray:
+        """``gpus_per_server`` as an int64 array."""
+        return np.asarray(self.gpus_per_server, dtype=np.int64)
 
     def type_index(self, worker_type: str) -> int:
         return self.worker_types.index(worker_type)

@@ -17,6 +17,7 @@ import collections
 from collections.abc import Sequence
 
 import numpy as np
+from clustertwin.policies.compiled import compiled
 
 Key = tuple[int, ...]
 
@@ -263,12 +264,19 @@ class ComboTable:
             first_gpus = np.fromiter((g[0] if g else -1 for g in gpus), np.int64, len(gpus))
         else:
             self._one_gpu_rounds = True  # `last_gpus` follows from last_type and last_gpu until read
-        self.received[rows, types] += seconds
-        self.last_type[:] = -1
-        self.last_type[rows] = types
-        self.last_gpu[rows] = first_gpus
-        self.last_consolidated[rows] = consolidated
-        self.elapsed += duration_s
+        _record(
+            self.received,
+            self.elapsed,
+            self.last_type,
+            self.last_gpu,
+            self.last_consolidated,
+            rows,
+            types,
+            first_gpus,
+            consolidated,
+            seconds,
+            duration_s,
+        )
 
     def _compact(self) -> None:
         rows = np.flatnonzero(self.alive)
@@ -280,6 +288,32 @@ class ComboTable:
         for name, values in keep.items():
             getattr(self, name)[:] = values
         self._set_last_gpus(last_gpus)
+
+
+@compiled
+def _record(
+    received: np.ndarray,
+    elapsed: np.ndarray,
+    last_type: np.ndarray,
+    last_gpu: np.ndarray,
+    last_consolidated: np.ndarray,
+    rows: np.ndarray,
+    types: np.ndarray,
+    first_gpus: np.ndarray,
+    consolidated: np.ndarray,
+    seconds: np.ndarray,
+    duration_s: float,
+) -> None:
+    """A round's time and placements, written into the table's arrays (`ComboTable.record_round`)."""
+    last_type[:] = -1
+    for i in range(rows.size):
+        c = rows[i]
+        received[c, types[i]] += seconds[i]
+        last_type[c] = types[i]
+        last_gpu[c] = first_gpus[i]
+        last_consolidated[c] = consolidated[i]
+    for c in range(elapsed.size):
+        elapsed[c] += duration_s
 
 
 def _grown(buf: np.ndarray) -> np.ndarray:

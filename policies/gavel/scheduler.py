@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from clustertwin.policies.compiled import compiled
 from clustertwin.policies.gavel.cluster import ClusterLayout
 from clustertwin.policies.gavel.combos import ComboTable
 from clustertwin.policies.gavel.isolated import isolated_fractions
@@ -74,25 +75,40 @@ class Assignment:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """The next round's assignments as aligned arrays (one entry per combination that runs)."""
+    """The next round's assignments as aligned arrays (one entry per combination that runs).
+
+    ``job_ids`` and ``gpus`` are lists of tuples, built from the arrays when first read where the
+    scheduler did not need them itself (a round of one-GPU combinations gives ``first_gpus``)."""
 
     rows: np.ndarray  # (a,) the combinations' rows in the scheduler's table, for `record_round`
-    job_ids: list[tuple[int, ...]]
     worker_types: np.ndarray  # (a,) type index
-    gpus: list[tuple[int, ...]]
     consolidated: np.ndarray  # (a,) bool
     renewed: np.ndarray  # (a,) bool: lease extended, no checkpoint
-    members: np.ndarray | None = None  # (a, 2) the job ids of `job_ids` as an array, -1 for no partner
+    members: np.ndarray  # (a, 2) the job ids of each combination, -1 for no partner
     first_gpus: np.ndarray | None = None  # (a,) when every combination holds one GPU: that GPU
+    placed_gpus: list[tuple[int, ...]] | None = None  # the GPUs of each, where `first_gpus` is None
 
     def __len__(self) -> int:
-        return len(self.job_ids)
+        return len(self.rows)
+
+    @functools.cached_property
+    def job_ids(self) -> list[tuple[int, ...]]:
+        """The jobs of each combination: one, or two sharing the GPUs."""
+        return [(a,) if b < 0 else (a, b) for a, b in self.members.tolist()]
+
+    @functools.cached_property
+    def gpus(self) -> list[tuple[int, ...]]:
+        """The GPUs each combination holds (of its worker type)."""
+        if self.placed_gpus is not None:
+            return self.placed_gpus
+        assert self.first_gpus is not None
+        return list(zip(self.first_gpus.tolist()))
 
     @functools.cached_property
     def num_gpus(self) -> np.ndarray:
         """(a,) GPUs each combination holds (computed once: the executor and the scheduler both read it)."""
         if self.first_gpus is not None:
-            return np.ones(len(self.gpus), dtype=np.int64)
+            return np.ones(len(self.rows), dtype=np.int64)
         return np.fromiter(map(len, self.gpus), np.int64, len(self.gpus))
 
     def assignments(self) -> list[Assignment]:
@@ -165,6 +181,18 @@ class _JobArrays:
             raise AttributeError(name) from None
 
 
+@compiled
+def _add_steps(slot_by_id: np.ndarray, steps_done: np.ndarray, ids: np.ndarray, made: np.ndarray) -> bool:
+    """``steps_done[slot of ids[i]] += made[i]`` when every id is mapped to an active slot by
+    ``slot_by_id``; False, with nothing written, when one is not (the caller then looks it up by dict)."""
+    for i in range(ids.size):
+        if ids[i] < 0 or ids[i] >= slot_by_id.size or slot_by_id[ids[i]] < 0:
+            return False
+    for i in range(ids.size):
+        steps_done[slot_by_id[ids[i]]] += made[i]
+    return True
+
+
 class GavelScheduler:
     def __init__(
         self,
@@ -202,6 +230,7 @@ class GavelScheduler:
         self._alive = np.zeros(16, dtype=bool)  # per slot: the job is active
         self._with_entity = 0
         self.combos = ComboTable(len(layout.worker_types), self.config.round_s)
+        self._type_order = np.arange(len(layout.worker_types), dtype=np.int64)  # aware: fastest first
         self.allocation: Allocation | None = None
         self.last_input: AllocationInput | None = None
         self.last_reset_s: float | None = None
@@ -284,8 +313,10 @@ class GavelScheduler:
         """
         if isinstance(steps, tuple):
             ids, made = steps
-            slots = self._slots_of(ids)
-            self._arrays.steps_done[slots] += made
+            ids = np.asarray(ids, dtype=np.int64)
+            made = np.asarray(made, dtype=float)
+            if not _add_steps(self._slot_by_id, self._arrays.steps_done, ids, made):
+                self._arrays.steps_done[self._slots_of(ids)] += made
         else:
             for job_id, n in steps.items():
                 self._arrays.steps_done[self._slot_of[job_id]] += n
@@ -408,8 +439,10 @@ class GavelScheduler:
     def next_round(self) -> RoundPlan:
         """The combinations that run in the next round, and where (Algorithm 2 plus placement)."""
         ct = self.combos
-        order = list(range(self.layout_k))
-        if not self.aware:
+        if self.aware:
+            order = self._type_order
+        else:
+            order = list(range(self.layout_k))
             self.rng.shuffle(order)
         if not ct.has_pairs and ct.one_gpu_each:
             rows, types, gpu, consolidated, renewed = plan_single_gpu_round(
@@ -423,9 +456,7 @@ class GavelScheduler:
                 ct.last_gpu,
                 ct.last_consolidated,
             )
-            gpus = list(zip(gpu.tolist()))  # one 1-tuple per combination
-            keys = list(map(ct.keys.__getitem__, rows.tolist()))
-            return RoundPlan(rows, keys, types, gpus, consolidated, renewed, ct.members[rows], gpu)
+            return RoundPlan(rows, types, consolidated, renewed, ct.members[rows], first_gpus=gpu)
         rows, types = select_round(
             priorities(ct.allocation, ct.received, ct.elapsed),
             ct.deficit,
@@ -445,8 +476,7 @@ class GavelScheduler:
             list(map(ct.last_gpus.__getitem__, rows.tolist())),
             ct.last_consolidated[rows],
         )
-        keys = list(map(ct.keys.__getitem__, rows.tolist()))
-        return RoundPlan(rows, keys, types, gpus, consolidated, renewed, ct.members[rows])
+        return RoundPlan(rows, types, consolidated, renewed, ct.members[rows], placed_gpus=gpus)
 
     def rates(self) -> dict[int, float]:
         """Each job's effective throughput τ_m(X) under the current allocation (the ideal mechanism)."""

@@ -32,7 +32,7 @@ from clustertwin.policies.gavel.scheduler import (
 )
 from clustertwin.policies.registry import AllocationPolicy
 from clustertwin.scenarios.gavel_workload import GavelJob, jobs_table
-from clustertwin.sim.gavel.progress import round_progress
+from clustertwin.sim.gavel.progress import lone_slots_round, round_progress
 
 if TYPE_CHECKING:
     from clustertwin.scenarios.gavel_fleet import MarketHook
@@ -104,6 +104,8 @@ class GavelSimulation:
         self.market = market
         self.policy_throughputs = policy_throughputs
         self.learn_pairs = learn_pairs or policy_throughputs is not None
+        # Rounds of lone one-GPU jobs on a dedicated machine room take one compiled pass (`_run_lone_round`).
+        self._lone_rounds = host is None and market is None and not self.learn_pairs
         self.progress = progress
         self.env = simpy.Environment()
         self.arrived: simpy.Store = simpy.Store(self.env)
@@ -171,9 +173,64 @@ class GavelSimulation:
             if not len(plan):
                 yield from self._wait_for_reset_or_arrival()
                 continue
-            yield from self._run_round(plan)
+            if self._lone_rounds and plan.first_gpus is not None:
+                yield from self._run_lone_round(plan)
+            else:
+                yield from self._run_round(plan)
 
     # --- one round ----------------------------------------------------------------------------------
+
+    def _run_lone_round(self, plan: RoundPlan):
+        """`_run_round` for a plan of single jobs on one GPU each (``plan.first_gpus``), on a cluster with no
+        host model or market, whose policy plans with the true throughputs: the most common round of a
+        single-GPU trace, in one compiled call (`progress.lone_slots_round`)."""
+        start = self.env.now
+        jobs = plan.members[:, 0]
+        steps, finishes, end, seconds, first, latest = lone_slots_round(
+            jobs,
+            plan.worker_types,
+            plan.consolidated,
+            plan.renewed,
+            self.rate_consolidated,
+            self.rate_spread,
+            self._overhead_per_type,
+            self.mechanism.overhead_on_first_start,
+            self.has_run,
+            self.remaining,
+            start,
+            self.mechanism.round_s,
+        )
+        yield self.env.timeout(latest - start)
+        for m in jobs[first].tolist():
+            self.first_start[m] = start
+        self._count_active()
+        self._keep_rows(
+            (
+                self.num_rounds,
+                start,
+                end,
+                jobs,
+                plan.worker_types,
+                1,
+                plan.consolidated,
+                plan.renewed,
+                steps,
+                -1,
+            )
+        )
+        self.scheduler.record_round(plan, seconds, (jobs, steps), latest - start)
+        self.num_rounds += 1
+        self._complete_all(end[finishes], jobs[finishes])
+
+    def _count_active(self) -> None:
+        active = len(self.scheduler.jobs)
+        self.job_rounds += active
+        self.max_active = max(self.max_active, active)
+
+    def _complete_all(self, times: np.ndarray, jobs: np.ndarray) -> None:
+        """The jobs that finished in a round, in order of their finish."""
+        for t, m in sorted(zip(times.tolist(), jobs.tolist(), strict=True)):
+            self._complete(m, t)
 
     def _run_round(self, plan: RoundPlan):
         start = self.env.now
@@ -237,9 +294,7 @@ class GavelSimulation:
             self.first_start[m] = start
         self.has_run[jobs] = True
         self.remaining[jobs] -= steps  # a finishing slot's steps are what it had left: 0 remains
-        active = len(self.scheduler.jobs)
-        self.job_rounds += active
-        self.max_active = max(self.max_active, active)
+        self._count_active()
         self._keep_rows(
             (
                 self.num_rounds,
@@ -278,36 +333,24 @@ class GavelSimulation:
                     pair = (float(rate[slots[0]]), float(rate[slots[1]]))
                     self.scheduler.observe_pair(key, int(plan.worker_types[c]), pair, ONLINE_SMOOTHING)
         self.num_rounds += 1
-        for t, m in sorted(zip(finish_t[finishes].tolist(), jobs[finishes].tolist(), strict=True)):
-            self._complete(m, t)
+        self._complete_all(finish_t[finishes], jobs[finishes])
 
     @staticmethod
     def _slots(plan: RoundPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One slot per job in the plan: its combination, the job, and its partner (-1 when alone)."""
-        if plan.members is not None:
-            members = plan.members
-            shared = members[:, 1] >= 0
-            if not shared.any():
-                return np.arange(len(plan)), members[:, 0], np.full(len(plan), -1, dtype=np.int64)
-            # A pair gives two slots in a row, its first member's then its second's.
-            combo = np.repeat(np.arange(len(plan)), np.where(shared, 2, 1))
-            first = np.ones(len(combo), dtype=bool)
-            first[1:] = combo[1:] != combo[:-1]
-            jobs = np.where(first, members[combo, 0], members[combo, 1])
-            shared_with = np.where(
-                members[combo, 1] < 0, -1, np.where(first, members[combo, 1], members[combo, 0])
-            )
-            return combo, jobs, shared_with
-        if all(len(key) == 1 for key in plan.job_ids):
-            jobs = np.array([key[0] for key in plan.job_ids], dtype=np.int64)
-            return np.arange(len(plan)), jobs, np.full(len(plan), -1, dtype=np.int64)
-        combo, jobs, shared = [], [], []
-        for c, key in enumerate(plan.job_ids):
-            for i, m in enumerate(key):
-                combo.append(c)
-                jobs.append(m)
-                shared.append(key[1 - i] if len(key) == 2 else -1)
-        return np.array(combo), np.array(jobs, dtype=np.int64), np.array(shared, dtype=np.int64)
+        members = plan.members
+        shared = members[:, 1] >= 0
+        if not shared.any():
+            return np.arange(len(plan)), members[:, 0], np.full(len(plan), -1, dtype=np.int64)
+        # A pair gives two slots in a row, its first member's then its second's.
+        combo = np.repeat(np.arange(len(plan)), np.where(shared, 2, 1))
+        first = np.ones(len(combo), dtype=bool)
+        first[1:] = combo[1:] != combo[:-1]
+        jobs = np.where(first, members[combo, 0], members[combo, 1])
+        shared_with = np.where(
+            members[combo, 1] < 0, -1, np.where(first, members[combo, 1], members[combo, 0])
+        )
+        return combo, jobs, shared_with
 
     def _slot_rates(
         self, plan: RoundPlan, combo: np.ndarray, jobs: np.ndarray, types: np.ndarray
