@@ -216,7 +216,9 @@ class ComboTable:
         carried = carried[src]
         last_type, last_gpu = self.last_type[src], self.last_gpu[src]
         last_consolidated = self.last_consolidated[src]
-        last_gpus = [self.last_gpus[r] if r >= 0 else () for r in old.tolist()]
+        # After one-GPU rounds the tuples follow from last_type and last_gpu, which are carried below.
+        one_gpu_rounds = self._one_gpu_rounds
+        last_gpus = None if one_gpu_rounds else [self.last_gpus[r] if r >= 0 else () for r in old.tolist()]
         self._install(
             list(keys),
             np.asarray(scale_factors, dtype=np.int64),
@@ -227,7 +229,10 @@ class ComboTable:
         self.last_type[kept] = last_type
         self.last_gpu[kept] = last_gpu
         self.last_consolidated[kept] = last_consolidated
-        self._set_last_gpus(last_gpus)
+        if last_gpus is None:
+            self._one_gpu_rounds = True
+        else:
+            self._set_last_gpus(last_gpus)
 
     def _single_rows(self, job_ids: np.ndarray) -> np.ndarray:
         """The live row of each job's single combination, -1 where it has none (no pairs in the table)."""
@@ -243,21 +248,24 @@ class ComboTable:
         self,
         rows: np.ndarray,
         types: np.ndarray,
-        gpus: Sequence[tuple[int, ...]],
+        gpus: Sequence[tuple[int, ...]] | None,
         consolidated: np.ndarray,
         seconds: np.ndarray,
         duration_s: float,
         first_gpus: np.ndarray | None = None,
     ) -> None:
-        """Combinations ``rows`` ran ``seconds`` on ``types``; every combination's clock moved ``duration_s``.
-        ``first_gpus``: when every combination in the round held one GPU, those GPUs as an array (the
-        tuples of ``gpus`` are then not read).
+        """Combinations ``rows`` ran ``seconds`` on ``types``, on ``gpus``; every combination's clock moved
+        ``duration_s``. ``first_gpus``: when every combination in the round held one GPU, those GPUs as an
+        array, in place of ``gpus``.
 
         Call before removing the jobs that finished in the round, so ``rows`` still index this table.
         """
-        if len(gpus) != len(rows):
-            raise ValueError(f"{len(rows)} rows ran but {len(gpus)} placements were given")
+        placed = first_gpus if gpus is None else gpus
+        if placed is None or len(placed) != len(rows):
+            given = "no" if placed is None else len(placed)
+            raise ValueError(f"{len(rows)} rows ran but {given} placements were given")
         if first_gpus is None:
+            assert gpus is not None
             held = self.last_gpus  # built from last round's types, before they are overwritten
             # One C-level pass instead of a Python loop over the round's ~100 rows.
             collections.deque(map(held.__setitem__, rows.tolist(), gpus), maxlen=0)

@@ -193,6 +193,16 @@ def _add_steps(slot_by_id: np.ndarray, steps_done: np.ndarray, ids: np.ndarray, 
     return True
 
 
+def _load_compiled() -> None:
+    """Load the compiled loops a round goes through (`mechanism.load_compiled`), with the bookkeeping's."""
+    load_compiled()
+    zero = np.zeros(1, dtype=np.int64)
+    _add_steps(zero, np.zeros(1), zero, np.zeros(1))
+    table = ComboTable(1, 1.0)
+    table.add((0,), 1, np.ones(1))
+    table.record_round(zero, zero, None, np.ones(1, bool), np.zeros(1), 0.0, zero)
+
+
 class GavelScheduler:
     def __init__(
         self,
@@ -237,7 +247,7 @@ class GavelScheduler:
         self.prices_changed_s: float | None = None  # when prices last changed (cluster_reset_due)
         self.num_resets = 0
         self._dirty = False
-        load_compiled()  # before any round, so that a real run's first round does not wait for it
+        _load_compiled()  # before any round, so that a real run's first round does not wait for it
 
     # --- events from the executor -------------------------------------------------------------------
 
@@ -327,7 +337,7 @@ class GavelScheduler:
         self.combos.record_round(
             plan.rows,
             plan.worker_types,
-            plan.gpus,
+            plan.gpus if plan.first_gpus is None else None,
             plan.consolidated,
             np.asarray(seconds, dtype=float),
             duration_s,
