@@ -184,8 +184,8 @@ class GavelSimulation:
         """`_run_round` for a plan of single jobs on one GPU each (``plan.first_gpus``), on a cluster with no
         host model or market, whose policy plans with the true throughputs: the most common round of a
         single-GPU trace, in one compiled call (`progress.lone_slots_round`)."""
-        start = self.env.now
-        jobs = plan.members[:, 0]
+        start = float(self.env.now)
+        jobs = np.ascontiguousarray(plan.members[:, 0])  # one layout, so one compiled version
         steps, finishes, end, seconds, first, latest = lone_slots_round(
             jobs,
             plan.worker_types,
