@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+from clustertwin.policies.compiled import compiled
 from clustertwin.policies.gavel import lp
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput
 from clustertwin.policies.gavel.symmetric import eligible_types, symmetric_allocation, symmetric_split
@@ -105,17 +106,53 @@ def carried_basis(inp: AllocationInput, aware: bool) -> lp.ClassBasis | None:
 def job_classes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The distinct rows of ``keys`` in lexicographic order, the first row holding each, each row's
     class and the class sizes: ``np.unique(keys, axis=0, return_index, return_inverse, return_counts)``
-    (the LP's rows, and so the solver's path, follow this order), a few times faster on small arrays."""
+    (the LP's rows, and so the solver's path, follow this order), in one compiled pass."""
+    keys = np.ascontiguousarray(keys, dtype=float)
+    order, member_class, heads = _classes(keys)
+    counts = np.diff(np.append(heads, keys.shape[0]))
+    return keys[order[heads]], order[heads], member_class, counts
+
+
+@compiled
+def _classes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of ``keys`` in stable lexicographic order (a bottom-up merge sort), each row's class (its
+    rank among the distinct rows) and where each class starts in that order."""
     n = keys.shape[0]
-    order = np.lexsort(keys.T[::-1])  # stable, so each class's first member comes first
-    ordered = keys[order]
-    starts = np.ones(n, dtype=bool)
-    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    src, dst = np.arange(n), np.empty(n, dtype=np.int64)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            a, b = lo, mid
+            for out in range(lo, hi):
+                if b < hi and (a == mid or _compare_rows(keys, src[b], src[a]) < 0):
+                    dst[out] = src[b]
+                    b += 1
+                else:
+                    dst[out] = src[a]
+                    a += 1
+        src, dst = dst, src
+        width *= 2
     member_class = np.empty(n, dtype=np.int64)
-    member_class[order] = np.cumsum(starts) - 1
-    heads = np.flatnonzero(starts)
-    counts = np.diff(np.append(heads, n))
-    return ordered[heads], order[heads], member_class, counts
+    heads = np.empty(n, dtype=np.int64)
+    classes = 0
+    for i in range(n):
+        if i == 0 or _compare_rows(keys, src[i], src[i - 1]) != 0:
+            heads[classes] = i
+            classes += 1
+        member_class[src[i]] = classes - 1
+    return src, member_class, heads[:classes]
+
+
+@compiled
+def _compare_rows(keys: np.ndarray, i: int, j: int) -> int:
+    """-1, 0 or 1 as row i comes before, with or after row j, column by column."""
+    for c in range(keys.shape[1]):
+        if keys[i, c] < keys[j, c]:
+            return -1
+        if keys[i, c] > keys[j, c]:
+            return 1
+    return 0
 
 
 @register("las")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 import scipy.sparse as sp
+from clustertwin.policies.compiled import compiled
 from clustertwin.policies.gavel.problem import Allocation, AllocationInput
 from clustertwin.policies.gavel.space_sharing import active_pairs, pair_columns, relative_pair_throughputs
 
@@ -430,46 +431,96 @@ def solve_rows_max_min(
     when ``keys`` names each row's class, phase 1's optimal basis filed under those names; phase 1 then
     starts from ``start`` (see :class:`ClassBasis`).
     """
-    n, k = throughputs.shape
-    sf = np.asarray(scale_factors, dtype=float)
-    workers = np.asarray(num_workers, dtype=float)
-    counts = np.asarray(counts, dtype=float)
-    row, col = np.nonzero((throughputs > 0) & (sf[:, None] <= workers[None, :]))
+    k = throughputs.shape[1]
+    row, col, idx, indptr, indices, data, lower, upper, costs = _class_lp(
+        np.ascontiguousarray(throughputs, dtype=float),
+        np.ascontiguousarray(scale_factors, dtype=float),
+        np.ascontiguousarray(num_workers, dtype=float),
+        np.ascontiguousarray(counts, dtype=float),
+        np.ascontiguousarray(coeff, dtype=float),
+        np.ascontiguousarray(reference, dtype=float),
+    )
     nv = row.shape[0]
-    idx = np.flatnonzero((np.bincount(row, minlength=n) > 0) & (coeff > 0))
     if idx.size == 0:
         return row, col, np.zeros(nv), None
-    # Column v = X[row[v], col[v]] holds, in row order, (5.2) of its row, (5.3) of its type and, when
-    # its row is in the min, that row's epigraph row; column nv is t, −1 in every epigraph row.
-    epigraph = np.full(n, -1)
-    epigraph[idx] = n + k + np.arange(idx.size)
-    in_min = epigraph[row] >= 0
-    indptr = np.zeros(nv + 2, dtype=np.int64)
-    np.cumsum(2 + in_min, out=indptr[1 : nv + 1])
-    indptr[nv + 1] = indptr[nv] + idx.size
-    start_at = indptr[:nv]
-    indices = np.empty(indptr[-1], dtype=np.int64)
-    data = np.empty(indptr[-1])
-    thr = throughputs[row, col]
-    indices[start_at], data[start_at] = row, 1.0
-    indices[start_at + 1], data[start_at + 1] = n + col, sf[row] * counts[row]
-    third = start_at[in_min] + 2
-    indices[third], data[third] = epigraph[row[in_min]], thr[in_min] * coeff[row[in_min]]
-    indices[indptr[nv] :], data[indptr[nv] :] = n + k + np.arange(idx.size), -1.0
-    matrix = CscArrays(indptr, indices, data, (n + k + idx.size, nv + 1))
-    lower = np.concatenate([np.full(n + k, -np.inf), np.zeros(idx.size)])
-    upper = np.concatenate([np.ones(n), workers, np.full(idx.size, np.inf)])
-
-    def efficiency() -> np.ndarray:
-        # efficiency_costs: a single column's one throughput entry over its row's reference per job.
-        per_job = reference / counts
-        inv = np.divide(1.0, per_job, out=np.zeros(n), where=per_job > 0)
-        return thr * inv[row]
-
+    matrix = CscArrays(indptr, indices, data, (lower.shape[0], nv + 1))
     initial = None if keys is None or start is None else start.mapped(keys, row, col, idx, k)
-    x, _, basis = _solve_epigraph(nv, matrix, lower, upper, efficiency, initial, keys is not None)
+    x, _, basis = _solve_epigraph(nv, matrix, lower, upper, lambda: costs, initial, keys is not None)
     carried = None if keys is None or basis is None else ClassBasis.of(keys, row, col, idx, *basis)
     return row, col, x, carried
+
+
+@compiled
+def _class_lp(
+    throughputs: np.ndarray,
+    sf: np.ndarray,
+    workers: np.ndarray,
+    counts: np.ndarray,
+    coeff: np.ndarray,
+    reference: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """The class LP of :func:`solve_rows_max_min` as arrays: the X columns' rows and types, the rows in
+    the min, the CSC matrix, the row bounds and phase 2's costs.
+
+    Column v = X[row[v], col[v]] (row-major over the entries a row can use) holds, in row order, its row's
+    (5.2) entry, its type's (5.3) entry (its row's count times its scale factor) and, when its row is in
+    the min, its epigraph entry (throughput times coefficient); column nv is t, -1 in every epigraph
+    row. Phase 2's cost of a column is its throughput over its row's reference per job
+    (`efficiency_costs`, one entry per column)."""
+    n, k = throughputs.shape
+    usable = np.zeros((n, k), dtype=np.bool_)
+    nv = 0
+    for m in range(n):
+        for j in range(k):
+            if throughputs[m, j] > 0 and sf[m] <= workers[j]:
+                usable[m, j] = True
+                nv += 1
+    row = np.empty(nv, dtype=np.int64)
+    col = np.empty(nv, dtype=np.int64)
+    placed = np.zeros(n, dtype=np.bool_)
+    v = 0
+    for m in range(n):
+        for j in range(k):
+            if usable[m, j]:
+                row[v], col[v] = m, j
+                placed[m] = True
+                v += 1
+    epigraph = np.full(n, -1, dtype=np.int64)
+    in_min = 0
+    for m in range(n):
+        if placed[m] and coeff[m] > 0:
+            epigraph[m] = n + k + in_min
+            in_min += 1
+    idx = np.empty(in_min, dtype=np.int64)
+    for m in range(n):
+        if epigraph[m] >= 0:
+            idx[epigraph[m] - n - k] = m
+    indptr = np.empty(nv + 2, dtype=np.int64)
+    indptr[0] = 0
+    for v in range(nv):
+        indptr[v + 1] = indptr[v] + (3 if epigraph[row[v]] >= 0 else 2)
+    indptr[nv + 1] = indptr[nv] + in_min
+    indices = np.empty(indptr[nv + 1], dtype=np.int64)
+    data = np.empty(indptr[nv + 1])
+    costs = np.empty(nv)
+    for v in range(nv):
+        m, j, at = row[v], col[v], indptr[v]
+        indices[at], data[at] = m, 1.0
+        indices[at + 1], data[at + 1] = n + j, sf[m] * counts[m]
+        if epigraph[m] >= 0:
+            indices[at + 2], data[at + 2] = epigraph[m], throughputs[m, j] * coeff[m]
+        per_job = reference[m] / counts[m]
+        costs[v] = throughputs[m, j] * (1.0 / per_job if per_job > 0 else 0.0)
+    for p in range(in_min):
+        indices[indptr[nv] + p], data[indptr[nv] + p] = n + k + p, -1.0
+    lower = np.empty(n + k + in_min)
+    upper = np.empty(n + k + in_min)
+    for r in range(n + k):
+        lower[r] = -np.inf
+        upper[r] = 1.0 if r < n else workers[r - n]
+    for p in range(in_min):
+        lower[n + k + p], upper[n + k + p] = 0.0, np.inf
+    return row, col, idx, indptr, indices, data, lower, upper, costs
 
 
 @dataclass(frozen=True)
