@@ -115,44 +115,33 @@ def job_classes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
 
 @compiled
 def _classes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The rows of ``keys`` in stable lexicographic order (a bottom-up merge sort), each row's class (its
-    rank among the distinct rows) and where each class starts in that order."""
-    n = keys.shape[0]
-    src, dst = np.arange(n), np.empty(n, dtype=np.int64)
-    width = 1
-    while width < n:
-        for lo in range(0, n, 2 * width):
-            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
-            a, b = lo, mid
-            for out in range(lo, hi):
-                if b < hi and (a == mid or _compare_rows(keys, src[b], src[a]) < 0):
-                    dst[out] = src[b]
-                    b += 1
-                else:
-                    dst[out] = src[a]
-                    a += 1
-        src, dst = dst, src
-        width *= 2
+    """The rows of ``keys`` in lexicographic order, ties in row order (a stable sort per column, last
+    column first, as ``np.lexsort`` does), each row's class (its rank among the distinct rows) and where
+    each class starts in that order."""
+    n, d = keys.shape
+    order = np.arange(n)
+    column = np.empty(n)
+    for c in range(d - 1, -1, -1):
+        for i in range(n):
+            column[i] = keys[order[i], c]
+        order = order[np.argsort(column, kind="mergesort")]
     member_class = np.empty(n, dtype=np.int64)
     heads = np.empty(n, dtype=np.int64)
     classes = 0
     for i in range(n):
-        if i == 0 or _compare_rows(keys, src[i], src[i - 1]) != 0:
+        if i == 0 or _differs(keys, order[i], order[i - 1]):
             heads[classes] = i
             classes += 1
-        member_class[src[i]] = classes - 1
-    return src, member_class, heads[:classes]
+        member_class[order[i]] = classes - 1
+    return order, member_class, heads[:classes]
 
 
 @compiled
-def _compare_rows(keys: np.ndarray, i: int, j: int) -> int:
-    """-1, 0 or 1 as row i comes before, with or after row j, column by column."""
+def _differs(keys: np.ndarray, i: int, j: int) -> bool:
     for c in range(keys.shape[1]):
-        if keys[i, c] < keys[j, c]:
-            return -1
-        if keys[i, c] > keys[j, c]:
-            return 1
-    return 0
+        if keys[i, c] != keys[j, c]:
+            return True
+    return False
 
 
 @register("las")
