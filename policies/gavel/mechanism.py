@@ -199,10 +199,7 @@ def plan_single_gpu_round(
         last_gpu,
         last_consolidated,
     )
-    if short >= 0:
-        raise ValueError(f"placement on {layout.worker_types[short]} asked for more GPUs than are free")
-    if short == -2:
-        raise ValueError("a renewed lease holds a GPU its worker type does not have")
+    _check_placed(layout, short)
     return rows, types, gpu, consolidated, renewed
 
 
@@ -334,19 +331,23 @@ def _place_singles(
         return None  # a renewed lease that holds no GPU (only hand-made inputs): the general rule
     held = np.full(types.size, -1, dtype=np.int64)
     held[renewed] = kept
-    chosen, short = _single_gpus(
-        types, renewed, held, np.asarray(layout.gpus, dtype=np.int64), np.asarray(layout.gpus_per_server)
-    )
-    if short >= 0:
-        raise ValueError(f"placement on {layout.worker_types[short]} asked for more GPUs than are free")
-    if short == -2:
-        raise ValueError("a renewed lease holds a GPU its worker type does not have")
+    chosen, short = _single_gpus(types, renewed, held, layout.gpu_counts, layout.server_sizes)
+    _check_placed(layout, short)
     pending = (~renewed).nonzero()[0]
     gpus = list(last_gpus)
     for i, g in zip(pending.tolist(), chosen[pending].tolist(), strict=True):
         gpus[i] = (g,)
     consolidated[pending] = True
     return gpus, consolidated, renewed
+
+
+def _check_placed(layout: ClusterLayout, short: int) -> None:
+    """Raise for what :func:`_single_gpus` reports: a type short of free GPUs, or a renewed lease on a
+    GPU its type does not have (-2)."""
+    if short >= 0:
+        raise ValueError(f"placement on {layout.worker_types[short]} asked for more GPUs than are free")
+    if short == -2:
+        raise ValueError("a renewed lease holds a GPU its worker type does not have")
 
 
 @compiled

@@ -326,7 +326,9 @@ class GavelScheduler:
             ids = np.asarray(ids, dtype=np.int64)
             made = np.asarray(made, dtype=float)
             if not _add_steps(self._slot_by_id, self._arrays.steps_done, ids, made):
-                self._arrays.steps_done[self._slots_of(ids)] += made
+                # An id past the array's range (or not active: KeyError) is looked up by dict.
+                slots = np.fromiter(map(self._slot_of.__getitem__, ids.tolist()), np.int64, len(ids))
+                self._arrays.steps_done[slots] += made
         else:
             for job_id, n in steps.items():
                 self._arrays.steps_done[self._slot_of[job_id]] += n
@@ -343,16 +345,6 @@ class GavelScheduler:
             duration_s,
             plan.first_gpus,
         )
-
-    def _slots_of(self, ids: np.ndarray) -> np.ndarray:
-        """The slots of active jobs ``ids`` (KeyError for a job that is not active)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size and ids.max() < len(self._slot_by_id):
-            slots = self._slot_by_id[ids]
-            # A negative id (which would index from the end) or an inactive job's -1 makes the OR negative.
-            if (slots | ids).min() >= 0:
-                return slots
-        return np.fromiter(map(self._slot_of.__getitem__, ids.tolist()), np.int64, len(ids))
 
     def observe_throughput(self, job_id: int, worker_type: int, measured: float, smoothing: float) -> None:
         """A measured throughput (steps/s) of a job on a type, blended into what the policy plans with:
