@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import numpy as np
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.gavel.setup import build
+
+from clustertwin.errors import InputError
 
 SCENARIO = "scenarios/gavel/continuous-multiple.yaml"
 
@@ -33,6 +36,7 @@ def queues(seed: int, num_jobs: int, overrides: tuple[str, ...]) -> dict[str, ob
 
     def stop_past_last_arrival(done: float, text: str) -> None:
         assert simulation is not None
+        print(f"\r{done:6.1%} of the window: {text}", end="", file=sys.stderr, flush=True)
         if simulation.env.now > simulation.jobs[-1].spec.arrival_s:
             raise _PastLastArrival
 
@@ -90,7 +94,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=15_000, help="trace length (default 15,000)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario override")
     args = parser.parse_args()
-    print(json.dumps(queues(args.seed, args.jobs, tuple(args.set)), indent=1))
+    try:
+        report = queues(args.seed, args.jobs, tuple(args.set))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(file=sys.stderr)
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
