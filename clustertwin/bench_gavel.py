@@ -5,7 +5,9 @@ about 150 s for that point and its solves at 2,048 jobs take 0.06 s (LAS), 0.5 s
 (FTF). ``sim_warmup_s`` is a 20-job run first, in which the process loads the compiled round loops
 (``policies.compiled``; compiling them takes ~5 s the first time on a machine). ``sim_full_warm_*`` is
 the same point with LAS's optional warm start (``warm_start: true``): faster, and its event log differs
-from the default's where the solver's last bits decide a tie.
+from the default's where the solver's last bits decide a tie. ``sim_full_policy_s`` is the default point's
+2,037 allocations replayed alone (:func:`policy_floor`): what the policy costs any simulator that writes
+this event log.
 
 ``--scale`` (:func:`bench_gavel_scale`) simulates clusters past the paper's: 1,024, 3,200 and 10,000 GPUs
 of four types under heterogeneity-aware LAS, ten single-GPU Philly-like jobs per GPU arriving at the
@@ -34,6 +36,7 @@ import numpy as np
 
 from clustertwin.policies.gavel.problem import AllocationInput
 from clustertwin.policies.registry import make_policy
+from clustertwin.scenarios.gavel_schema import Scenario
 from clustertwin.scenarios.load import load_scenario
 from clustertwin.sim.gavel.setup import build, run
 from clustertwin.traces.gavel_generator import generate_gavel_jobs
@@ -75,6 +78,9 @@ def bench_gavel(emit: Callable[[str, object], None]) -> None:
         emit(f"{prefix}_resets", result.info["num_resets"])
         window = result.tables["jobs"][result.tables["jobs"]["in_window"]]
         emit(f"{prefix}_avg_jct_h", f"{window['completion_s'].sub(window['arrival_s']).mean() / 3600:.4f}")
+    policy_alone, allocations = policy_floor(load_scenario(None, FULL_POINT))
+    emit("sim_full_policy_s", f"{policy_alone:.2f}")
+    emit("sim_full_allocations", allocations)
 
     table = ThroughputTable.bundled("simulation")
     for n in SIZES:
@@ -84,6 +90,26 @@ def bench_gavel(emit: Callable[[str, object], None]) -> None:
             first, repeat = time_solves(policy, inp, repeats=3)
             emit(f"{label}_solve_first_s_{n}", f"{first:.4f}")
             emit(f"{label}_solve_s_{n}", f"{repeat:.4f}")
+
+
+def policy_floor(scenario: Scenario) -> tuple[float, int]:
+    """The seconds the point's allocations take on their own: the point is simulated once more with
+    every allocation input kept, then LAS allocates each again in a row (an allocation is a function of
+    its input; without the warm start nothing carries over). A simulator that writes this event log
+    calls the policy on exactly these inputs, so this is its floor, whatever the rest costs."""
+    simulation = build(scenario)
+    recorder = TimedPolicy(simulation.scheduler.policy, keep_inputs=True)
+    simulation.scheduler.policy = recorder
+    simulation.run()
+    rng = np.random.default_rng(0)
+    started = time.perf_counter()
+    replayed = [recorder.policy.allocate(inp, rng) for inp in recorder.inputs]
+    elapsed = time.perf_counter() - started
+    if any(
+        not np.array_equal(a.fractions, b.fractions) for a, b in zip(replayed, recorder.outputs, strict=True)
+    ):
+        raise RuntimeError("an allocation replayed from its input differs from the simulation's")
+    return elapsed, len(replayed)
 
 
 def solve_input(table: ThroughputTable, n: int, seed: int) -> AllocationInput:
@@ -235,15 +261,22 @@ def scale_point(gpus: int, table: str, rounds_file: Path) -> dict[str, object]:
 class TimedPolicy:
     """A policy that records how long each allocation took and for how many active jobs."""
 
-    def __init__(self, policy) -> None:
+    def __init__(self, policy, keep_inputs: bool = False) -> None:
         self.policy = policy
+        self.keep_inputs = keep_inputs
+        self.inputs: list[AllocationInput] = []
+        self.outputs: list = []
         self.aware = getattr(policy, "aware", True)
         self.space_sharing = getattr(policy, "space_sharing", False)
         self.name = getattr(policy, "name", "policy")
         self.solves: list[tuple[int, float]] = []
 
     def allocate(self, inp: AllocationInput, rng: np.random.Generator):
+        if self.keep_inputs:
+            self.inputs.append(inp)
         started = time.perf_counter()
         allocation = self.policy.allocate(inp, rng)
         self.solves.append((inp.n, time.perf_counter() - started))
+        if self.keep_inputs:
+            self.outputs.append(allocation)
         return allocation
