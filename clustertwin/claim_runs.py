@@ -2,8 +2,9 @@
 and running the specs on a process pool with a per-run cache (the rows they make: ``claim_results``).
 
 Each finished run's metrics are written at once to ``<out>/runs/<key>.json``, so an interrupted
-reproduction loses nothing and a rerun reuses what is there. (The cache key is the scenario and its
-overrides, not the code: use a fresh ``--out`` after changing a simulator.)
+reproduction loses nothing and a rerun reuses what is there. The key is the scenario and its overrides;
+each file also records the code that made it (`code_fingerprint`), and a run made by other code is run
+again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from clustertwin.atomic import write_json
 from clustertwin.claim_results import ClaimRow
+from clustertwin.code_fingerprint import code_fingerprint
 from clustertwin.progress import progress_bar
 from clustertwin.solver_banner import silence_solver_banner
 
@@ -52,14 +54,19 @@ def run_specs(
     that they do not finish last alone)."""
     cache = out / "runs"
     cache.mkdir(parents=True, exist_ok=True)
-    done = {
-        key: json.loads((cache / f"{key}.json").read_text())
-        for key in specs
-        if (cache / f"{key}.json").is_file()
-    }
+    code = code_fingerprint()
+    done, stale = {}, 0
+    for key in specs:
+        if (cache / f"{key}.json").is_file():
+            record = json.loads((cache / f"{key}.json").read_text())
+            if record.get("code") == code:
+                done[key] = record
+            else:
+                stale += 1
     pending = sorted((s for k, s in specs.items() if k not in done), key=lambda s: not first(s))
     with progress_bar(f"reproduce {name}", lines=True) as progress:
-        progress(len(done) / max(len(specs), 1), f"{len(done)}/{len(specs)} runs")
+        note = f"; {stale} kept runs were made by other code and run again" if stale else ""
+        progress(len(done) / max(len(specs), 1), f"{len(done)}/{len(specs)} runs{note}")
         if pending:
             processes = workers or min(2, os.cpu_count() or 1)
             with ProcessPoolExecutor(processes, initializer=silence_solver_banner) as pool:
@@ -67,7 +74,7 @@ def run_specs(
                 for future in as_completed(futures):
                     spec = futures[future]
                     done[spec.key] = future.result()
-                    record = {**done[spec.key], "spec": [spec.scenario, *spec.overrides]}
+                    record = {**done[spec.key], "spec": [spec.scenario, *spec.overrides], "code": code}
                     write_json(cache / f"{spec.key}.json", record)
                     progress(len(done) / len(specs), f"{len(done)}/{len(specs)} runs; done: {spec.label}")
     return done

@@ -4,7 +4,7 @@ A claim is a ratio of one metric between a baseline and a treatment run of the s
 metric of a treatment run, a measure computed from recorded runs or from the policies themselves, or
 unmeasured (see ``scenarios/claims.py``). Runs go to a process pool (``claim_runs``); each finished
 run's metrics are written at once to ``<out>/runs/<key>.json``, so an interrupted reproduction loses
-nothing and a rerun reuses what is there.
+nothing and a rerun by the same code reuses what is there.
 Every claim with a band gates: the exit status is 1 when any falls outside it (its ``why`` says why).
 ``--quick`` runs each claim's ``quick`` variant: a lighter point whose ``note`` joins the claim's text, or
 none when ``quick.skip`` says why no lighter point keeps the claim's physics (reported, not judged).

@@ -85,6 +85,18 @@ def test_finished_runs_are_reused(tmp_path: Path, monkeypatch) -> None:
     assert main(["reproduce", "tiny", "--out", str(out), "--workers", "1"]) == 0
 
 
+def test_runs_made_by_other_code_are_run_again(tmp_path: Path, monkeypatch) -> None:
+    import clustertwin.claim_runs
+
+    monkeypatch.setattr(claims, "CLAIMS_DIR", claim_set(tmp_path, "[1.0, 100.0]"))
+    out = tmp_path / "out"
+    main(["reproduce", "tiny", "--out", str(out), "--workers", "1"])
+    monkeypatch.setattr(clustertwin.claim_runs, "code_fingerprint", lambda: "other code")
+    assert main(["reproduce", "tiny", "--out", str(out), "--workers", "1"]) == 0
+    # A file is written only when its run finishes: all four were simulated again, by the new code.
+    assert {json.loads(p.read_text())["code"] for p in (out / "runs").glob("*.json")} == {"other code"}
+
+
 def test_unknown_claim_set_is_an_input_error(capsys) -> None:
     assert main(["reproduce", "nonesuch", "--quick"]) == 2
     assert "gavel" in capsys.readouterr().err
