@@ -17,6 +17,7 @@ from clustertwin.scenarios.load import load_scenario
 from clustertwin import reproduce
 from clustertwin.atomic import write_json
 from clustertwin.cli import main
+from clustertwin.code_fingerprint import code_fingerprint
 
 JUDGED_IN_QUICK = 12
 
@@ -60,7 +61,8 @@ def test_reproduce_quick_reports_a_verdict_per_judged_claim(tmp_path: Path, monk
     metrics = {m for c in claim_set.claims if c.runs for m in (c.metric, *c.show)}
     (out / "runs").mkdir(parents=True)
     for key in reproduce.specs_of(plan):
-        write_json(out / "runs" / f"{key}.json", {m: _metric(key, m) for m in metrics})
+        stand_in = {m: _metric(key, m) for m in metrics}
+        write_json(out / "runs" / f"{key}.json", {**stand_in, "code": code_fingerprint()})
     monkeypatch.setattr(reproduce, "simulate", lambda spec: pytest.fail(f"simulated {spec}"))
     import clustertwin.analysis.gavel_claim_measures as measures
 
