@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 from pathlib import Path
 
 import clustertwin
 
 # The claim files say which runs to make (their overrides are in each run's key) and what to say of
 # them; editing a claim's text must not throw its runs away.
-_NOT_RESULTS = ("scenarios/claims",)
+_NOT_RESULTS = ("scenarios/claims/",)
 
 
 @functools.cache
@@ -20,17 +21,17 @@ def code_fingerprint() -> str:
     its subpackages' folders included, by relative path and content."""
     digest = hashlib.sha256()
     for root in _package_roots():
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and _counts(p, root)):
-            digest.update(f"{root.name}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes())
+        for path in sorted(root.rglob("*")):
+            name = f"{root.name}/{path.relative_to(root).as_posix()}"
+            if path.is_file() and "__pycache__" not in path.parts and not name.startswith(_NOT_RESULTS):
+                digest.update(f"{name}\0".encode())
+                digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def _package_roots() -> list[Path]:
     """``clustertwin``'s folder and each subpackage folder that lies elsewhere (the repository maps its
     top-level folders in as subpackages)."""
-    import importlib
-
     main = Path(clustertwin.__file__).parent
     roots = [main]
     for name in ("policies", "sim", "traces", "scenarios", "analysis"):
@@ -38,8 +39,3 @@ def _package_roots() -> list[Path]:
         if not folder.is_relative_to(main):
             roots.append(folder)
     return roots
-
-
-def _counts(path: Path, root: Path) -> bool:
-    relative = f"{root.name}/{path.relative_to(root).as_posix()}"
-    return "__pycache__" not in path.parts and path.suffix != ".pyc" and not relative.startswith(_NOT_RESULTS)

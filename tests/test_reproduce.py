@@ -267,3 +267,24 @@ def test_a_saturated_baseline_is_an_infinite_ratio_and_a_saturated_treatment_nev
     assert ratio_of({"avg_jct_s": 30.0}, steady, "avg_jct_s") == 3.0
     ratio = ratio_of(steady, saturated, "avg_jct_s")
     assert not 0.0 <= ratio <= float("inf")  # NaN: in no band
+
+
+def test_code_fingerprint_follows_sources_and_data_not_claim_texts(tmp_path: Path, monkeypatch) -> None:
+    from clustertwin import code_fingerprint as fingerprint
+
+    (tmp_path / "scenarios" / "claims").mkdir(parents=True)
+    (tmp_path / "sim" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "scenarios" / "claims" / "set.yaml").write_text("why: one\n")
+    (tmp_path / "scenarios" / "point.yaml").write_text("rate: 1\n")
+    (tmp_path / "sim" / "engine.py").write_text("STEP = 1\n")
+    monkeypatch.setattr(fingerprint, "_package_roots", lambda: [tmp_path / "scenarios", tmp_path / "sim"])
+    digest = fingerprint.code_fingerprint.__wrapped__
+    first = digest()
+    (tmp_path / "scenarios" / "claims" / "set.yaml").write_text("why: another\n")
+    (tmp_path / "sim" / "__pycache__" / "engine.cpython-311.pyc").write_bytes(b"\0")
+    assert digest() == first
+    (tmp_path / "scenarios" / "point.yaml").write_text("rate: 2\n")
+    assert digest() != first
+    changed = digest()
+    (tmp_path / "sim" / "engine.py").write_text("STEP = 2\n")
+    assert digest() != changed
