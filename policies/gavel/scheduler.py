@@ -560,26 +560,28 @@ class GavelScheduler:
     def _pair_candidates(self, specs: list[JobSpec]) -> PairCandidates | None:
         """Same-scale-factor pairs whose shared throughput beats time-sharing, best first (§5.3.1)."""
         assert self.colocation is not None
-        scored: list[tuple[float, int, int, np.ndarray]] = []
+        firsts, seconds, pairs = [], [], []
         for a in range(len(specs)):
             for b in range(a + 1, len(specs)):
                 if specs[a].scale_factor != specs[b].scale_factor:
                     continue
                 pair = self._pair_throughputs(specs[a], specs[b])
-                if pair is None:
-                    continue
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    norm = np.nan_to_num(pair[:, 0] / specs[a].throughputs) + np.nan_to_num(
-                        pair[:, 1] / specs[b].throughputs
-                    )
-                best = float(norm.max())
-                if best > 1.0:
-                    scored.append((best, a, b, pair))
-        if not scored:
+                if pair is not None:
+                    firsts.append(a)
+                    seconds.append(b)
+                    pairs.append(pair)
+        if not pairs:
             return None
-        scored.sort(key=lambda item: -item[0])
-        scored = scored[: self.config.max_pairs]
-        return PairCandidates(
-            members=np.array([[a, b] for _, a, b, _ in scored], dtype=np.int64),
-            throughputs=np.array([pair for *_, pair in scored], dtype=float),
-        )
+        # Each pair's best normalised combined throughput over the types, all pairs at once (the pairs
+        # grow with the square of the queue).
+        together = np.array(pairs, dtype=float)
+        alone = np.array([spec.throughputs for spec in specs], dtype=float)
+        a, b = np.array(firsts, dtype=np.int64), np.array(seconds, dtype=np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            norm = np.nan_to_num(together[:, :, 0] / alone[a]) + np.nan_to_num(together[:, :, 1] / alone[b])
+        best = norm.max(axis=1)
+        beats = np.flatnonzero(best > 1.0)
+        if not beats.size:
+            return None
+        chosen = beats[np.argsort(-best[beats], kind="stable")][: self.config.max_pairs]
+        return PairCandidates(members=np.column_stack([a[chosen], b[chosen]]), throughputs=together[chosen])
