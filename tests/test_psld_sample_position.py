@@ -14,12 +14,16 @@ One unthrottled PS and one worker (no wait for another worker's push), a few sec
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from clustertwin.runtime.psld.ps import Job, block_layout
 from test_psld_sample_shape import _run
 
 SMALL, LARGE, MIDDLE = 8192, 262144, 8  # float64 elements: 64 KiB, 2 MiB; 16 MiB of pushes in between
 
 
+# Real gloo timing on shared cores: on a busy 2-core host about half of the runs read the first block as
+# the whole push phase (docs/algorithms/psld.md, "Known gaps"), so it runs with the slow set.
+@pytest.mark.slow
 def test_the_first_and_the_last_small_block_read_alike() -> None:
     numel, blocks = block_layout([SMALL] + [LARGE] * MIDDLE + [SMALL], 4 << 20)
     job = Job(1, 1, numel, blocks, (0,) * len(blocks), 6, "byteps", {})
