@@ -25,6 +25,8 @@ from clustertwin.scenarios.claims import Claim, ClaimSet, load_claims
 from clustertwin.scenarios.results import RunResult
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
 
     from clustertwin.scenarios.gavel_schema import Scenario
@@ -103,7 +105,7 @@ def bounded_run(scenario: Scenario) -> RunResult | None:
     assert scenario.workload.window is not None  # auto sizes from the window
     started = time.perf_counter()
     while True:
-        tables, simulation = _run_until_last_arrival(scenario, n)
+        tables, simulation = run_until_last_arrival(scenario, n)
         if tables is not None:
             break
         if n >= AUTO_LIMIT * scenario.workload.window[1]:
@@ -112,9 +114,12 @@ def bounded_run(scenario: Scenario) -> RunResult | None:
     return run_result(scenario, simulation, tables, started)
 
 
-def _run_until_last_arrival(scenario: Scenario, num_jobs: int) -> tuple[Tables | None, GavelSimulation]:
+def run_until_last_arrival(
+    scenario: Scenario, num_jobs: int, progress: Callable[[float, str], None] | None = None
+) -> tuple[Tables | None, GavelSimulation]:
     """A simulation of ``num_jobs`` jobs and its tables; None for the tables when a window job was still
-    running at the last arrival (the run stops at the first window completion after it)."""
+    running at the last arrival (the run stops at the first window completion after it, and
+    ``simulation.tables()`` holds what it made so far). ``progress`` hears each window completion."""
     from clustertwin.scenarios.gavel_workload import arrivals_end_early
     from clustertwin.sim.gavel.setup import build
 
@@ -123,6 +128,8 @@ def _run_until_last_arrival(scenario: Scenario, num_jobs: int) -> tuple[Tables |
     def stop_past_last_arrival(done: float, text: str) -> None:
         # the simulator calls this at each window job's completion
         assert simulation is not None
+        if progress is not None:
+            progress(done, text)
         if simulation.env.now > simulation.jobs[-1].spec.arrival_s:
             raise _Saturated
 

@@ -4,10 +4,11 @@ grow (saturation), or do single jobs starve under a steady queue?
     python3 experiments/gavel_multiple_queues.py SEED [--jobs 15000] [--set KEY=VALUE ...]
 
 Simulates ``scenarios/gavel/continuous-multiple.yaml`` with a trace of ``--jobs`` jobs and stops, as
-``reproduce.bounded_run`` does, at the first window completion after the trace's last arrival (or when
-the window is done). Prints, as JSON: the active jobs every 500 simulated hours, the active jobs by scale
-factor at the stop, the window's unfinished jobs with the rounds each ran, and the window's average JCT
-when it finished. ``--set policy.name=ftf`` or ``--set "policy.params={aware: false}"`` picks the policy.
+the claim runner does (``reproduce.run_until_last_arrival``), at the first window completion after the
+trace's last arrival (or when the window is done). Prints, as JSON: the active jobs every 500 simulated
+hours, the active jobs by scale factor at the stop, the window's unfinished jobs with the rounds each
+ran, and the window's average JCT when it finished. ``--set policy.name=ftf`` or
+``--set "policy.params={aware: false}"`` picks the policy.
 """
 
 from __future__ import annotations
@@ -19,32 +20,22 @@ import time
 
 import numpy as np
 from clustertwin.scenarios.load import load_scenario
-from clustertwin.sim.gavel.setup import build
 
 from clustertwin.errors import InputError
+from clustertwin.reproduce import run_until_last_arrival
 
 SCENARIO = "scenarios/gavel/continuous-multiple.yaml"
 
 
-class _PastLastArrival(Exception):
-    """A window job finished after the trace's last arrival: the run is stopped there."""
-
-
 def queues(seed: int, num_jobs: int, overrides: tuple[str, ...]) -> dict[str, object]:
     scenario = load_scenario(SCENARIO, (f"seed={seed}", *overrides))
-    simulation = None
 
-    def stop_past_last_arrival(done: float, text: str) -> None:
-        assert simulation is not None
+    def show(done: float, text: str) -> None:
         print(f"\r{done:6.1%} of the window: {text}", end="", file=sys.stderr, flush=True)
-        if simulation.env.now > simulation.jobs[-1].spec.arrival_s:
-            raise _PastLastArrival
 
-    simulation = build(scenario, stop_past_last_arrival, num_jobs)
     started = time.process_time()
-    try:
-        tables = simulation.run()
-    except _PastLastArrival:
+    tables, simulation = run_until_last_arrival(scenario, num_jobs, show)
+    if tables is None:  # stopped past the last arrival: what it made so far
         tables = simulation.tables()
     events, jobs, rounds = tables["events"], tables["jobs"], tables["rounds"]
     moves = events[events["kind"].isin(["admit", "complete"])]
